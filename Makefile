@@ -1,0 +1,45 @@
+# rayft developer targets. `make demo` and `make test` do all the set-up on a fresh machine.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: install demo test test-unit test-integration test-gpu lint format lock clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch first: an unpinned torch would pull GBs of CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install             ## train the tiny model on 2 CPU workers (local Ray), print the adapter's path
+	$(VENV)/bin/rayft demo
+
+test: install             ## unit + integration tests (local Ray, real parts); GPU tests are skipped off-GPU
+	$(PY) -m pytest tests -m "not gpu"
+
+test-unit: install
+	$(PY) -m pytest tests -m "not integration and not gpu"
+
+test-integration: install
+	$(PY) -m pytest tests -m integration
+
+test-gpu:                 ## on a GPU machine (the device): the gpu-marked tests
+	python3 -m pytest tests -m gpu
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+lock: install             ## re-pin constraints.txt from the current venv
+	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^rayft'; } > constraints.new && mv constraints.new constraints.txt
+
+clean:
+	rm -rf $(VENV) .rayft runs .pytest_cache

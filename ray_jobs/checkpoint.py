@@ -1,0 +1,83 @@
+"""Resumable checkpoints: the adapter (PEFT format), optimizer, scheduler and data position.
+
+Only trainable weights are gathered (``ignore_frozen_params``): a 7B QLoRA checkpoint is the
+adapter's megabytes, not the base's gigabytes. ``torch.distributed.checkpoint.state_dict`` gathers
+them the same way under DDP and FSDP. Rank 0 writes the directory and Ray Train copies it into the
+run's storage.
+
+Layout::
+
+    adapter/adapter_config.json, adapter/adapter_model.safetensors   # loads with PeftModel.from_pretrained
+    train_state.pt   # {"model": trainable weights by name, "optimizer", "scheduler", "state": TrainState}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ray_jobs.parallel import unwrap
+
+if TYPE_CHECKING:
+    import ray.train
+    import torch
+
+
+@dataclasses.dataclass
+class TrainState:
+    """Where training stands; restored on resume."""
+
+    step: int = 0
+    """Optimizer steps done."""
+    epoch: int = 0
+    """Epoch of the next micro-batch."""
+    batches_in_epoch: int = 0
+    """Micro-batches of ``epoch`` already consumed by this worker."""
+    tokens: int = 0
+    """Trained (label) tokens seen, over all workers."""
+    samples: int = 0
+    """Examples seen, over all workers."""
+
+
+def _options(**kwargs: Any) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, ignore_frozen_params=True, **kwargs)
+
+
+def save(model: torch.nn.Module, optimizer: Any, scheduler: Any, state: TrainState) -> ray.train.Checkpoint | None:
+    """Collective: every rank calls it; rank 0 gets the checkpoint, the others ``None``."""
+    import ray.train
+    import torch
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    weights, optim = get_state_dict(model, optimizer, options=_options(cpu_offload=True))
+    if ray.train.get_context().get_world_rank() != 0:
+        return None
+    directory = Path(tempfile.mkdtemp(prefix="rayft-ckpt-"))
+    unwrap(model).save_pretrained(directory / "adapter", state_dict=weights)
+    torch.save(
+        {"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict(), "state": dataclasses.asdict(state)},
+        directory / "train_state.pt",
+    )
+    return ray.train.Checkpoint.from_directory(str(directory))
+
+
+def load(checkpoint: ray.train.Checkpoint, model: torch.nn.Module, optimizer: Any, scheduler: Any) -> TrainState:
+    """Restore the trainable weights, optimizer and scheduler into place; return the train state."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    with checkpoint.as_directory() as directory:
+        saved = torch.load(Path(directory) / "train_state.pt", map_location="cpu", weights_only=False)
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=saved["model"],
+        optim_state_dict=saved["optimizer"],
+        options=_options(strict=False),
+    )
+    scheduler.load_state_dict(saved["scheduler"])
+    return TrainState(**saved["state"])

@@ -1,0 +1,43 @@
+"""Job events: how progress leaves the Ray Train controller and reaches the driver.
+
+Ray Train calls :class:`ForwardReports` on its controller after every ``ray.train.report`` (with
+all ranks' metrics) and after a worker failure. It puts one :class:`Event` on a Ray queue; the
+driver (``ray_jobs.run``) takes them off and hands them to whoever watches: the CLI's progress
+bar, the metrics log, and later the service's event stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Literal
+
+from ray.train import UserCallback
+
+EventKind = Literal["phase", "progress", "failure", "summary"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    """``phase`` (the job moved on: ``data``, ``training``, ``export``), ``progress`` (metrics of a
+    report), ``failure`` (a worker failed; Ray Train restarts from the last checkpoint) or ``summary``."""
+    data: dict[str, Any]
+    time: float = dataclasses.field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "time": self.time, **self.data}
+
+
+class ForwardReports(UserCallback):
+    """Runs on the Ray Train controller: forwards rank 0's metrics and worker failures."""
+
+    def __init__(self, queue: Any):
+        self.queue = queue
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        self.queue.put(Event("progress", dict(metrics[0])))
+
+    def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
+        errors = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in worker_exceptions.items()}
+        self.queue.put(Event("failure", {"errors": errors}))

@@ -1,0 +1,112 @@
+"""Loading the base model (bf16, or 4-bit/8-bit through bitsandbytes) and putting LoRA on top.
+
+What is fast, measured on an H200 (``../shared/NOTES.md``): keep the frozen base in bf16 and the
+LoRA weights in fp32, and run under bf16 autocast. PEFT's ``prepare_model_for_kbit_training``
+upcasts norms and embeddings to fp32, which turns the whole residual stream fp32: 24% slower and
+25% more memory, so rayft does not call it. bitsandbytes is imported (by transformers) only when a
+quantized base is loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ray_jobs.spec import FineTuneSpec
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def quantization_config(spec: FineTuneSpec) -> Any:
+    """``BitsAndBytesConfig`` for the spec, or ``None`` when the base stays unquantized."""
+    q = spec.quantization
+    if q.mode == "none":
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if q.mode == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    dtype = torch_dtype(spec.model.dtype)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=q.double_quant,
+        bnb_4bit_compute_dtype=dtype,
+        # FSDP shards flat parameters of one dtype: store the 4-bit weights in the compute dtype.
+        bnb_4bit_quant_storage=dtype if spec.scaling.strategy == "fsdp" else torch.uint8,
+    )
+
+
+def load_base(spec: FineTuneSpec, device: torch.device) -> torch.nn.Module:
+    """The frozen base model, placed on ``device``, with the KV cache off (training)."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {
+        "dtype": torch_dtype(spec.model.dtype),
+        "attn_implementation": spec.model.attn_implementation,
+        "revision": spec.model.revision,
+        "device_map": {"": device},
+    }
+    quant = quantization_config(spec)
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+    model = AutoModelForCausalLM.from_pretrained(spec.model.path, **kwargs)
+    model.config.use_cache = False
+    return model
+
+
+def apply_lora(model: torch.nn.Module, spec: FineTuneSpec) -> torch.nn.Module:
+    """Wrap ``model`` in a PEFT LoRA model whose trainable weights are fp32."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    lora = spec.lora
+    targets: Any = "all-linear" if lora.target_modules == ("all-linear",) else list(lora.target_modules)
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        modules_to_save=list(lora.modules_to_save) or None,
+        task_type="CAUSAL_LM",
+    )
+    torch.manual_seed(spec.train.seed)
+    model = get_peft_model(model, config)
+    for param in model.parameters():
+        if param.requires_grad:
+            param.data = param.data.float()
+    if spec.train.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    return model
+
+
+def autocast(spec: FineTuneSpec, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16/fp16 autocast matching the base dtype; nothing for fp32 bases."""
+    import torch
+
+    dtype = torch_dtype(spec.model.dtype)
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """``(trainable, total)`` parameter counts; 4-bit weights count as their unpacked size."""
+    trainable = total = 0
+    for param in model.parameters():
+        n = param.numel() * (2 if param.dtype.itemsize == 1 and hasattr(param, "quant_state") else 1)
+        total += n
+        trainable += n if param.requires_grad else 0
+    return trainable, total

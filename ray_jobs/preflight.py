@@ -1,0 +1,54 @@
+"""Checks that run before any cluster starts, so bad input costs a second, not a minute.
+
+Each failure is a :class:`~ray_jobs.spec.SpecError`: one line naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from ray_jobs.data import data_files, resolve_format
+from ray_jobs.spec import FineTuneSpec, SpecError
+
+
+def check(spec: FineTuneSpec) -> str:
+    """Validate what the spec points at; return the dataset format (detected if ``auto``)."""
+    check_model(spec.model.path)
+    data_files(spec.data.path)
+    return resolve_format(spec.data)
+
+
+def check_model(path: str) -> None:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise SpecError("model.path", f"{path!r} has no config.json; point it at a Hugging Face model directory")
+        return
+    if p.exists():
+        raise SpecError("model.path", f"{path!r} is a file; point it at a model directory or a hub id")
+    looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1
+    if looks_local:
+        raise SpecError("model.path", f"model directory {path!r} does not exist; check the path (or give a hub id org/name)")
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+            raise SpecError("model.path", f"hub model {path!r} is not in the local hub cache and HF_HUB_OFFLINE is set")
+
+
+def absolute_paths(spec: FineTuneSpec) -> FineTuneSpec:
+    """The spec with local model, data and output paths made absolute: Ray workers run elsewhere."""
+
+    def absolute(path: str) -> str:
+        p = Path(path).expanduser()
+        return str(p.resolve()) if "://" not in path and (p.exists() or path.startswith((".", "~", "/"))) else path
+
+    return spec.replace(
+        model=dataclasses.replace(spec.model, path=absolute(spec.model.path)),
+        data=dataclasses.replace(spec.data, path=absolute(spec.data.path)),
+        output=dataclasses.replace(
+            spec.output, dir=absolute(spec.output.dir) if "://" not in spec.output.dir else spec.output.dir
+        ),
+    )

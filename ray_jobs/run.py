@@ -1,0 +1,235 @@
+"""Driving one job: check, connect to Ray, build the data, fit with Ray Train, export the adapter.
+
+``run(spec)`` is what ``rayft train`` and the service's Ray job both call. The output directory
+``{output.dir}/{name}`` ends up holding::
+
+    adapter/          PEFT adapter (adapter_config.json, adapter_model.safetensors) + tokenizer
+    summary.json      steps, tokens, losses, wall time, tokens/s, time to first step, restarts
+    metrics.jsonl     every event of the run (progress reports, failures)
+    ray/              Ray Train's run storage (checkpoints); a re-run of an unfinished job resumes here
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ray_jobs import preflight
+from ray_jobs.events import Event
+from ray_jobs.spec import FineTuneSpec, SpecError
+
+log = logging.getLogger(__name__)
+EventSink = Callable[[Event], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobResult:
+    run_dir: Path
+    adapter_dir: Path
+    summary: dict[str, Any]
+
+
+def run(
+    spec: FineTuneSpec,
+    *,
+    address: str | None = None,
+    on_event: EventSink | None = None,
+    fail_at_step: int | None = None,
+    overwrite: bool = False,
+) -> JobResult:
+    """Run ``spec`` to completion on Ray (a local cluster unless ``address``); raise on failure."""
+    start = time.time()
+    emit = on_event or (lambda event: None)
+    preflight.check(spec)
+    spec = preflight.absolute_paths(spec)
+    run_dir = Path(spec.run_dir)
+    _claim_run_dir(run_dir, overwrite)
+
+    emit(Event("phase", {"phase": "connect"}))
+    connect(address, spec)
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.util.queue import Queue
+
+    from ray_jobs.data import token_dataset
+    from ray_jobs.events import ForwardReports
+    from ray_jobs.train_loop import LoopConfig, train_loop_per_worker
+
+    emit(Event("phase", {"phase": "data"}))
+    datasets = {"train": token_dataset(spec.data, spec.model.path, "train")}
+    if spec.data.val_fraction > 0:
+        datasets["eval"] = token_dataset(spec.data, spec.model.path, "eval").materialize()
+    total_steps = spec.train.max_steps or _count_steps(spec, datasets)
+    loop = LoopConfig(spec, total_steps, start, has_eval="eval" in datasets, fail_at_step=fail_at_step)
+
+    queue = Queue()
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"loop": loop},
+        scaling_config=ScalingConfig(
+            num_workers=spec.scaling.num_workers,
+            use_gpu=spec.scaling.use_gpu,
+            resources_per_worker={"CPU": spec.scaling.cpus_per_worker},
+        ),
+        run_config=RunConfig(
+            name="ray",
+            storage_path=str(run_dir),
+            callbacks=[ForwardReports(queue)],
+            failure_config=FailureConfig(max_failures=spec.train.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+        datasets=datasets,
+    )
+    emit(Event("phase", {"phase": "training", "total_steps": total_steps}))
+    history: list[dict[str, Any]] = []
+    with (run_dir / "metrics.jsonl").open("a") as metrics_log:
+
+        def record(event: Event) -> None:
+            history.append(event.to_dict())
+            metrics_log.write(json.dumps(history[-1]) + "\n")
+            metrics_log.flush()
+            emit(event)
+
+        result = _fit_while_forwarding(trainer, queue, record)
+    ray.kill(queue.actor)
+    if result.error is not None:
+        raise result.error
+
+    emit(Event("phase", {"phase": "export"}))
+    adapter_dir = _export(result.checkpoint, spec, run_dir)
+    summary = summarize(spec, history, start, adapter_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    emit(Event("summary", summary))
+    return JobResult(run_dir, adapter_dir, summary)
+
+
+def connect(address: str | None, spec: FineTuneSpec) -> None:
+    """Attach to ``address``, or start a local cluster bound to loopback."""
+    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"  # an empty value would silently select Train V1
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        quiet_ray_data()
+        return
+    # The Ray Train controller takes one report per worker per poll (default every 2 s); reports
+    # and their checkpoints still queued when a worker dies are lost. Poll faster on a local cluster.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+    # Over-subscribe CPUs: the training workers reserve theirs, Ray Data's tokenizers need the rest.
+    workers = spec.scaling.num_workers * spec.scaling.cpus_per_worker
+    ray.init(
+        num_cpus=(os.cpu_count() or 2) + workers,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+    )
+    quiet_ray_data()
+
+
+def quiet_ray_data() -> None:
+    """Ray Data's per-operator progress logs would bury the progress bar; its logs stay in /tmp/ray."""
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def _claim_run_dir(run_dir: Path, overwrite: bool) -> None:
+    if (run_dir / "summary.json").exists():
+        if not overwrite:
+            raise SpecError("name", f"run {str(run_dir)!r} already finished; pick another name or pass --overwrite")
+        import shutil
+
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _count_steps(spec: FineTuneSpec, datasets: dict[str, Any]) -> int:
+    """Epoch mode: tokenize up front (materialize) and count the optimizer steps."""
+    datasets["train"] = datasets["train"].materialize()
+    rows_per_worker = datasets["train"].count() // spec.scaling.num_workers
+    steps_per_epoch = rows_per_worker // spec.train.micro_batch_size // spec.grad_accum_steps
+    if steps_per_epoch == 0:
+        raise SpecError(
+            "train.micro_batch_size",
+            f"the dataset packs into {rows_per_worker} rows per worker, too few for one step; lower micro_batch_size, global_batch_size or num_workers",
+        )
+    return steps_per_epoch * spec.train.epochs
+
+
+def _fit_while_forwarding(trainer: Any, queue: Any, sink: EventSink) -> Any:
+    """``trainer.fit()`` in a thread while this one forwards the controller's events."""
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
+    thread.start()
+    while thread.is_alive() or not queue.empty():
+        try:
+            sink(queue.get(timeout=0.5))
+        except Exception:  # queue.Empty: nothing new within the timeout
+            continue
+    return box["result"]
+
+
+def _fit(trainer: Any) -> Any:
+    try:
+        return trainer.fit()
+    except Exception as exc:  # TrainingFailedError etc.: re-raised on the caller's thread
+        return _Failed(exc)
+
+
+@dataclasses.dataclass
+class _Failed:
+    error: Exception
+    checkpoint: Any = None
+
+
+def _export(checkpoint: Any, spec: FineTuneSpec, run_dir: Path) -> Path:
+    """Copy the final adapter out of the last checkpoint, with the tokenizer beside it."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    target = run_dir / "adapter"
+    with checkpoint.as_directory() as directory:
+        shutil.copytree(Path(directory) / "adapter", target, dirs_exist_ok=True)
+    AutoTokenizer.from_pretrained(spec.model.path).save_pretrained(target)
+    return target
+
+
+def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], start: float, adapter_dir: Path) -> dict[str, Any]:
+    progress = [e for e in history if e["kind"] == "progress"]
+    trained = [e for e in progress if "loss" in e]
+    evals = [e["eval_loss"] for e in progress if "eval_loss" in e]
+    last = trained[-1] if trained else {}
+    wall = time.time() - start
+    return {
+        "name": spec.name,
+        "steps": last.get("step", 0),
+        "tokens": last.get("tokens", 0),
+        "samples": last.get("samples", 0),
+        "final_loss": last.get("loss"),
+        "initial_eval_loss": evals[0] if evals else None,
+        "eval_loss": evals[-1] if evals else None,
+        "wall_time_s": wall,
+        "time_to_first_step_s": last.get("time_to_first_step_s"),
+        "tokens_per_s": last.get("tokens", 0) / wall,
+        "steady_tokens_per_s": last.get("tokens_per_s"),
+        "gpu_mem_peak_gb": last.get("gpu_mem_peak_gb"),
+        "layout": last.get("layout"),
+        "quantized_layers": last.get("quantized_layers"),
+        "restarts": sum(e["kind"] == "failure" for e in history),
+        "reported_steps": [e["step"] for e in trained],
+        "adapter_dir": str(adapter_dir),
+        "spec": spec.to_dict(),
+    }

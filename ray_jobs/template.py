@@ -1,0 +1,92 @@
+"""Chat templating and tokenization, with the prompt masked out of the loss.
+
+A conversation is rendered with the tokenizer's own Jinja chat template (or the spec's, or ChatML
+when the tokenizer has none) and cut into segments at turn boundaries, found by rendering each
+prefix of the conversation: the text a turn adds is the new render minus the previous one. An
+assistant turn is cut once more, after its header (``add_generation_prompt``), so only the answer
+and its end-of-turn marker are trained. Segments are tokenized separately and concatenated, so a
+token never straddles a trained and an untrained segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ray_jobs.formats import Turn
+
+IGNORE_INDEX = -100
+"""Label of tokens that carry no loss (PyTorch's cross-entropy default ``ignore_index``)."""
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""Used when neither the spec nor the tokenizer has a chat template."""
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be cut at turn boundaries."""
+
+
+class ChatEncoder:
+    """Turns conversations or plain text into ``(input_ids, labels)`` with a Hugging Face tokenizer."""
+
+    def __init__(self, tokenizer: Any, chat_template: str | None = None, completions_only: bool = True):
+        self.tokenizer = tokenizer
+        self.template = chat_template or getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
+        self.completions_only = completions_only
+
+    def segments(self, turns: Sequence[Turn]) -> list[tuple[str, bool]]:
+        """The rendered conversation as ``(text, trained)`` pieces whose concatenation is the full render."""
+        pieces: list[tuple[str, bool]] = []
+        done = ""
+        for i, turn in enumerate(turns):
+            if turn.role == "assistant":
+                header = self._render(turns[:i], add_generation_prompt=True)
+                pieces.append((self._after(done, header), not self.completions_only))
+                done = header
+            full = self._render(turns[: i + 1])
+            trained = turn.role == "assistant" or not self.completions_only
+            pieces.append((self._after(done, full), trained))
+            done = full
+        return [(text, trained) for text, trained in pieces if text]
+
+    def encode_turns(self, turns: Sequence[Turn]) -> tuple[list[int], list[int]]:
+        return self._encode(self.segments(turns))
+
+    def encode_text(self, text: str) -> tuple[list[int], list[int]]:
+        """Plain text: BOS + text + EOS, every token trained."""
+        tok = self.tokenizer
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        ids = ([tok.bos_token_id] if tok.bos_token_id is not None else []) + ids
+        ids = ids + ([tok.eos_token_id] if tok.eos_token_id is not None else [])
+        return ids, list(ids)
+
+    def _encode(self, pieces: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
+        encoded = self.tokenizer([text for text, _ in pieces], add_special_tokens=False)["input_ids"]
+        ids: list[int] = []
+        labels: list[int] = []
+        for (_, trained), piece in zip(pieces, encoded):
+            ids.extend(piece)
+            labels.extend(piece if trained else [IGNORE_INDEX] * len(piece))
+        return ids, labels
+
+    def _render(self, turns: Sequence[Turn], add_generation_prompt: bool = False) -> str:
+        messages = [{"role": t.role, "content": t.content} for t in turns]
+        if not messages and not add_generation_prompt:
+            return ""
+        return self.tokenizer.apply_chat_template(
+            messages, chat_template=self.template, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    @staticmethod
+    def _after(prefix: str, full: str) -> str:
+        if not full.startswith(prefix):
+            raise TemplateError(
+                "the chat template renders a conversation differently from its prefix, so turns cannot be "
+                "masked; set data.chat_template to a template that renders turn by turn (e.g. ChatML)"
+            )
+        return full[len(prefix) :]

@@ -1,0 +1,245 @@
+"""The per-worker training loop that Ray Train runs on every worker.
+
+Reads top to bottom: set up (model, LoRA, DDP/FSDP, optimizer, schedule, resume), then steps.
+One step = ``grad_accum_steps`` micro-batches from this worker's Ray Data shard, a loss averaged
+over the real (label) tokens of all workers, one optimizer step. Every ``log_every`` steps the loop
+reports metrics, every ``eval_every`` it evaluates, every ``checkpoint_every`` it checkpoints; all
+ranks take the same decisions, so all call ``ray.train.report`` the same number of times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ray_jobs import checkpoint, parallel
+from ray_jobs.checkpoint import TrainState
+from ray_jobs.metrics import StepMeter
+from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
+from ray_jobs.packing import trim_padding
+from ray_jobs.spec import FineTuneSpec, TrainSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """What the driver hands every worker (``train_loop_config={"loop": LoopConfig(...)}``)."""
+
+    spec: FineTuneSpec
+    total_steps: int
+    """Optimizer steps of the whole run (``train.max_steps``, or counted from the epochs)."""
+    start_time: float
+    """Driver's ``time.time()`` at job start, for time-to-first-step."""
+    has_eval: bool = False
+    fail_at_step: int | None = None
+    """Chaos testing: rank 1 (or 0 alone) raises once after this step; Ray Train must recover."""
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose by ``fail_at_step`` to exercise recovery."""
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    cfg: LoopConfig = config["loop"]
+    spec, train = cfg.spec, cfg.spec.train
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and newer
+
+    # -- set up -----------------------------------------------------------------------------
+    model = apply_lora(load_base(spec, device), spec)
+    trainable, total = count_parameters(model)
+    model = parallel.wrap(model, spec.scaling.strategy)
+    layout = parallel.describe(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
+    scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
+    resumed = ray.train.get_checkpoint()
+    state = checkpoint.load(resumed, model, optimizer, scheduler) if resumed else TrainState()
+    log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
+
+    shard = ray.train.get_dataset_shard("train")
+    batches = _micro_batches(shard, spec, state, device)
+    meter = StepMeter()
+    first_step_s: float | None = None
+    accum = spec.grad_accum_steps
+    model.train()
+    if cfg.has_eval and state.step == 0:  # the baseline the run is judged against
+        ray.train.report(
+            {
+                "step": 0,
+                "total_steps": cfg.total_steps,
+                "eval_loss": evaluate(model, ray.train.get_dataset_shard("eval"), spec, device),
+            }
+        )
+
+    # -- steps ------------------------------------------------------------------------------
+    while state.step < cfg.total_steps:
+        with meter.phase("data"):
+            group = [next(batches) for _ in range(accum)]
+        with meter.phase("compute"):
+            counts = _all_reduce(_count(group))  # [label tokens, examples] over all workers
+            tokens_per_rank = counts[0].clamp(min=1) / world  # HF loss: sum over tokens / this = global mean
+            loss_sum = torch.zeros((), device=device)
+            for i, batch in enumerate(group):
+                with parallel.grad_sync(model, enabled=i == accum - 1), autocast(spec, device):
+                    out = model(
+                        input_ids=batch["input_ids"],
+                        position_ids=batch["position_ids"],
+                        labels=batch["labels"],
+                        num_items_in_batch=tokens_per_rank,
+                        use_cache=False,
+                    )
+                out.loss.backward()
+                loss_sum += out.loss.detach()
+            if train.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss = float(_all_reduce(loss_sum) / world)
+        state.step += 1
+        state.tokens += int(counts[0])
+        state.samples += int(counts[1])
+        meter.add(int(counts[0]), int(counts[1]))
+        if first_step_s is None:
+            first_step_s = time.time() - cfg.start_time
+        if cfg.fail_at_step == state.step and rank == min(1, world - 1):
+            _inject_failure(spec, state.step, rank)
+
+        last = state.step == cfg.total_steps
+        metrics: dict[str, Any] = {}
+        if state.step % train.log_every == 0 or last:
+            metrics = {
+                "step": state.step,
+                "total_steps": cfg.total_steps,
+                "epoch": state.epoch,
+                "loss": loss,
+                "learning_rate": scheduler.get_last_lr()[0],
+                "tokens": state.tokens,
+                "samples": state.samples,
+                "time_to_first_step_s": first_step_s,
+                "trainable_params": trainable,
+                **layout,
+                **meter.window(),
+            }
+            if device.type == "cuda":
+                metrics["gpu_mem_peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+        if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or last):
+            metrics = {
+                "step": state.step,
+                "total_steps": cfg.total_steps,
+                **metrics,
+                "eval_loss": evaluate(model, ray.train.get_dataset_shard("eval"), spec, device),
+            }
+        ckpt = None
+        if state.step % train.checkpoint_every == 0 or last:
+            ckpt = checkpoint.save(model, optimizer, scheduler, state)
+            metrics = {"step": state.step, "total_steps": cfg.total_steps, **metrics, "checkpoint": True}
+        if metrics:
+            # SYNC: report() returns once the controller has taken the previous report, so a crash loses
+            # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
+            ray.train.report(metrics, checkpoint=ckpt)
+
+
+def _micro_batches(shard: Any, spec: FineTuneSpec, state: TrainState, device: Any) -> Iterator[dict[str, Any]]:
+    """This worker's micro-batches over epochs, skipping those consumed before a resume."""
+    import torch
+
+    for epoch in itertools.count(state.epoch):
+        seen = 0
+        batches = shard.iter_torch_batches(
+            batch_size=spec.train.micro_batch_size,
+            prefetch_batches=spec.data.prefetch_batches,
+            drop_last=True,
+            dtypes=torch.long,
+            device=device,
+        )
+        for index, batch in enumerate(batches):
+            seen += 1
+            if epoch == state.epoch and index < state.batches_in_epoch:
+                continue
+            state.epoch, state.batches_in_epoch = epoch, index + 1
+            yield trim_padding(batch)
+        if seen == 0:
+            raise RuntimeError(
+                "the training split gave this worker no full micro-batch: add data, or lower train.micro_batch_size or scaling.num_workers"
+            )
+        state.epoch, state.batches_in_epoch = epoch + 1, 0
+
+
+def _inject_failure(spec: FineTuneSpec, step: int, rank: int) -> None:
+    """Raise once per run (a marker file in the run directory remembers that it did)."""
+    from pathlib import Path
+
+    marker = Path(spec.run_dir) / "injected-failure"
+    if not marker.exists():
+        marker.write_text(f"step {step} rank {rank}\n")
+        raise InjectedFailure(f"injected failure at step {step} on rank {rank}")
+
+
+def _count(group: list[dict[str, Any]]) -> Any:
+    import torch
+
+    tokens = sum((b["labels"] != -100).sum() for b in group)
+    examples = sum(b["num_examples"].sum() for b in group)
+    return torch.stack([tokens, examples]).to(torch.float64)
+
+
+def evaluate(model: Any, shard: Any, spec: FineTuneSpec, device: Any) -> float:
+    """Mean loss per label token over the whole eval split (all workers)."""
+    import torch
+
+    model.eval()
+    total = torch.zeros(2, device=device, dtype=torch.float64)
+    with torch.no_grad():
+        for batch in shard.iter_torch_batches(batch_size=spec.train.micro_batch_size, dtypes=torch.long, device=device):
+            batch = trim_padding(batch)
+            with autocast(spec, device):
+                out = model(
+                    input_ids=batch["input_ids"],
+                    position_ids=batch["position_ids"],
+                    labels=batch["labels"],
+                    num_items_in_batch=1,
+                    use_cache=False,
+                )
+            total += torch.stack([out.loss.double(), (batch["labels"][:, 1:] != -100).sum().double()])
+    model.train()
+    total = _all_reduce(total)
+    return float(total[0] / total[1].clamp(min=1))
+
+
+def lr_scheduler(optimizer: Any, train: TrainSpec, total_steps: int) -> Any:
+    """Linear warmup, then cosine or linear decay to 0 (or constant)."""
+    import torch
+
+    def factor(step: int) -> float:
+        if step < train.warmup_steps:
+            return (step + 1) / (train.warmup_steps + 1)
+        progress = min(1.0, (step - train.warmup_steps) / max(1, total_steps - train.warmup_steps))
+        if train.lr_schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if train.lr_schedule == "linear":
+            return 1.0 - progress
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _all_reduce(tensor: Any) -> Any:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor

@@ -1,0 +1,5 @@
+import sys
+
+from rayft.cli import main
+
+sys.exit(main())

@@ -1,0 +1,147 @@
+"""The ``rayft`` command line.
+
+    rayft demo                          # tiny model + data under .rayft/tiny, trained on 2 CPU workers
+    rayft train SPEC.yaml [--address ray://...|auto] [--set train.max_steps=10] [--overwrite]
+    rayft check SPEC.yaml               # validate the spec and what it points at; start nothing
+    rayft merge RUN/adapter --out DIR   # fold an adapter into its base model
+
+Heavy imports (Ray, torch, transformers) happen inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from ray_jobs.spec import FineTuneSpec, SpecError
+
+DEMO_PRESET = "tiny_cpu.yaml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.command(args)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: an unfinished run resumes from its last checkpoint when started again", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rayft", description="LoRA/QLoRA fine-tuning on Ray.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="run a fine-tuning job and show its progress")
+    p.add_argument("spec", help="job spec, YAML or JSON (see ray_jobs/presets/)")
+    _add_run_flags(p)
+    p.set_defaults(command=cmd_train)
+
+    p = sub.add_parser("demo", help="create the tiny model and data, then train them on CPU")
+    p.add_argument("--dir", default=".rayft/tiny", help="where the tiny assets live (default: .rayft/tiny)")
+    _add_run_flags(p)
+    p.set_defaults(command=cmd_demo, overwrite=True)
+
+    p = sub.add_parser("check", help="validate a spec and the model and data it names; start nothing")
+    p.add_argument("spec")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field")
+    p.set_defaults(command=cmd_check)
+
+    p = sub.add_parser("merge", help="fold a LoRA adapter into its base model and save the result")
+    p.add_argument("adapter", help="adapter directory (RUN/adapter)")
+    p.add_argument("--out", required=True, help="directory for the merged model")
+    p.add_argument("--base", help="base model (default: the one recorded in adapter_config.json)")
+    p.set_defaults(command=cmd_merge)
+    return parser
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="Ray cluster address (default: start a local cluster)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. train.max_steps=10")
+    p.add_argument("--overwrite", action="store_true", help="replace a finished run of the same name")
+    p.add_argument("--inject-failure-at", type=int, metavar="STEP", help="chaos test: fail one worker once at STEP")
+
+
+def load_spec(path: str, overrides: list[str]) -> FineTuneSpec:
+    """Load a spec file and apply ``section.key=value`` overrides (values parsed as YAML)."""
+    import yaml
+
+    spec = FineTuneSpec.load(path).to_dict()
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SpecError("--set", f"expected KEY=VALUE, got {item!r}")
+        node: Any = spec
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise SpecError(key, "unknown section")
+            node = node[part]
+        node[leaf] = yaml.safe_load(raw)
+    return FineTuneSpec.from_dict(spec)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    return _train(load_spec(args.spec, args.set), args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from importlib.resources import files
+
+    from ray_jobs.tiny import ensure_tiny_assets
+
+    print(f"preparing the tiny model, tokenizer and data in {args.dir} ...")
+    root = ensure_tiny_assets(args.dir)
+    spec = load_spec(
+        str(files("ray_jobs") / "presets" / DEMO_PRESET), [f"model.path={root}/model", f"data.path={root}/train.jsonl", *args.set]
+    )
+    return _train(spec, args)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from ray_jobs import preflight
+
+    spec = load_spec(args.spec, args.set)
+    fmt = preflight.check(spec)
+    print(f"ok: {spec.name}: model {spec.model.path}, data {spec.data.path} ({fmt}), {spec.scaling.num_workers} worker(s)")
+    return 0
+
+
+def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
+    from ray_jobs import preflight
+    from ray_jobs.run import run
+    from rayft.progress import ProgressView
+
+    preflight.check(spec)  # fail fast, before the progress view and the cluster start
+    with ProgressView(spec) as view:
+        result = run(spec, address=args.address, on_event=view, fail_at_step=args.inject_failure_at, overwrite=args.overwrite)
+    view.print_summary(result.summary)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = Path(args.adapter) / "adapter_config.json"
+    if not config.is_file():
+        raise SpecError("adapter", f"{args.adapter!r} has no adapter_config.json; point it at RUN/adapter")
+    base = args.base or json.loads(config.read_text())["base_model_name_or_path"]
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), args.adapter)
+    model.merge_and_unload().save_pretrained(args.out)
+    AutoTokenizer.from_pretrained(args.adapter).save_pretrained(args.out)
+    print(f"merged {args.adapter} into {base}: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The CLI's live view of a job: a progress bar with loss and tokens/s, then a summary table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ray_jobs.events import Event
+from ray_jobs.spec import FineTuneSpec
+
+PHASES = {
+    "connect": "connecting to Ray",
+    "data": "preparing data",
+    "training": "starting workers",
+    "export": "exporting adapter",
+}
+
+
+class ProgressView:
+    """Callable event sink for ``ray_jobs.run.run``; use as a context manager."""
+
+    def __init__(self, spec: FineTuneSpec, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self.task = self.progress.add_task(spec.name, total=spec.train.max_steps, stats="")
+        self.stats: dict[str, str] = {}
+
+    def __enter__(self) -> ProgressView:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def __call__(self, event: Event) -> None:
+        data = event.data
+        if event.kind == "phase":
+            self.stats["phase"] = PHASES.get(data["phase"], data["phase"])
+            if "total_steps" in data:
+                self.progress.update(self.task, total=data["total_steps"])
+        elif event.kind == "progress":
+            self.stats.pop("phase", None)
+            if "loss" in data:
+                self.stats["loss"] = f"loss {data['loss']:.3f}"
+                self.stats["tps"] = f"{data['tokens_per_s']:,.0f} tok/s"
+            if "eval_loss" in data:
+                self.stats["eval"] = f"eval {data['eval_loss']:.3f}"
+            self.progress.update(self.task, completed=data.get("step", 0), total=data.get("total_steps"))
+        elif event.kind == "failure":
+            errors = "; ".join(f"rank {r}: {e}" for r, e in data["errors"].items())
+            self.console.print(f"[yellow]worker failure ({errors}); restarting from the last checkpoint")
+        self.progress.update(self.task, stats="  ".join(self.stats.values()))
+
+    def print_summary(self, summary: dict[str, Any]) -> None:
+        table = Table(title=f"rayft: {summary['name']} finished", show_header=False)
+        rows = [
+            ("steps", f"{summary['steps']:,}"),
+            ("trained tokens", f"{summary['tokens']:,}"),
+            ("train loss (last)", _fmt(summary["final_loss"])),
+            ("eval loss (start -> end)", f"{_fmt(summary['initial_eval_loss'])} -> {_fmt(summary['eval_loss'])}"),
+            ("wall time", f"{summary['wall_time_s']:.1f} s"),
+            ("time to first step", f"{_fmt(summary['time_to_first_step_s'], '.1f')} s"),
+            ("tokens/s (steady, last window)", _fmt(summary["steady_tokens_per_s"], ",.0f")),
+            ("worker restarts", str(summary["restarts"])),
+            ("adapter", summary["adapter_dir"]),
+        ]
+        if summary.get("gpu_mem_peak_gb") is not None:
+            rows.insert(7, ("peak GPU memory", f"{summary['gpu_mem_peak_gb']:.1f} GiB"))
+        for key, value in rows:
+            table.add_row(key, value)
+        Console().print(table)
+
+
+def _fmt(value: float | None, spec: str = ".4f") -> str:
+    return "-" if value is None else format(value, spec)

@@ -1,0 +1,69 @@
+"""Shared fixtures: the tiny model world, a spec around it, and one local Ray cluster per session.
+
+Markers (``--strict-markers``): ``integration`` starts real parts (Ray, gRPC, S3); ``gpu`` needs CUDA
+and is skipped elsewhere. ``make test`` runs unit and integration tests; GPU tests run on the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from ray_jobs.spec import FineTuneSpec
+
+PRESETS = Path(__file__).resolve().parents[1] / "ray_jobs" / "presets"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import importlib.util
+
+    has_cuda = False
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)"))
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BPE tokenizer + random Llama in ``model/`` and a counting dataset in ``train.jsonl``."""
+    from ray_jobs.tiny import ensure_tiny_assets
+
+    return ensure_tiny_assets(tmp_path_factory.mktemp("tiny"), rows=2000)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny / "model")
+
+
+@pytest.fixture
+def tiny_spec(tiny: Path, tmp_path: Path) -> FineTuneSpec:
+    """The tiny CPU preset pointed at the session's tiny assets and a fresh output dir."""
+    spec = FineTuneSpec.load(PRESETS / "tiny_cpu.yaml")
+    return spec.replace(
+        model=dataclasses.replace(spec.model, path=str(tiny / "model")),
+        data=dataclasses.replace(spec.data, path=str(tiny / "train.jsonl")),
+        output=dataclasses.replace(spec.output, dir=str(tmp_path / "runs")),
+    )
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the whole session, bound to loopback, over-subscribed to 4 CPUs
+    so two CPU training workers leave room for Ray Data (on 2 cores it would otherwise deadlock)."""
+    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
+    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.1"  # see ray_jobs.run.connect
+    import ray
+
+    ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

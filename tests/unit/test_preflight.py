@@ -1,0 +1,76 @@
+"""Bad input gets a one-line error naming the fix, before any cluster starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rayft.cli import main
+
+SPEC = """\
+name: bad-input
+model: {{path: {model}}}
+data: {{path: {data}, max_seq_len: {max_seq_len}}}
+scaling: {{use_gpu: false}}
+quantization: {{mode: none}}
+{extra}
+"""
+
+
+@pytest.fixture
+def write_spec(tmp_path, tiny):
+    def write(model=None, data=None, max_seq_len=64, extra=""):
+        path = tmp_path / "spec.yaml"
+        path.write_text(
+            SPEC.format(model=model or tiny / "model", data=data or tiny / "train.jsonl", max_seq_len=max_seq_len, extra=extra)
+        )
+        return str(path)
+
+    return write
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+@pytest.mark.parametrize("command", ["train", "check"])
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"data": "/nonexistent/train.jsonl"}, "data.path: dataset file '/nonexistent/train.jsonl' does not exist"),
+        ({"model": "/nonexistent/model"}, "model.path: model directory '/nonexistent/model' does not exist"),
+        ({"max_seq_len": 0}, "data.max_seq_len: must be >= 8"),
+        ({"extra": "train: {max_stpes: 10}"}, "train.max_stpes: unknown key; did you mean 'max_steps'?"),
+    ],
+)
+def test_bad_input_is_one_line_before_ray(write_spec, capsys, command, kwargs, needle):
+    import ray
+
+    code, err = run_cli(capsys, command, write_spec(**kwargs))
+    assert code == 2
+    assert err == f"error: {needle}" or (err.startswith(f"error: {needle}") and "\n" not in err)
+    assert not ray.is_initialized()
+
+
+def test_unknown_format_lists_columns(write_spec, tmp_path, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
+    code, err = run_cli(capsys, "check", write_spec(data=data))
+    assert code == 2 and "\n" not in err
+    assert "data.format: cannot tell the dataset format from its columns ['answer', 'question']" in err
+
+
+def test_model_dir_without_config(write_spec, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, err = run_cli(capsys, "check", write_spec(model=tmp_path / "empty"))
+    assert code == 2 and "has no config.json" in err
+
+
+def test_set_overrides_and_good_spec_passes(write_spec, capsys):
+    assert main(["check", write_spec(), "--set", "train.max_steps=5"]) == 0
+    assert "ok: bad-input" in capsys.readouterr().out
+    code, err = run_cli(capsys, "check", write_spec(), "--set", "train.max_steps=0")
+    assert code == 2 and err == "error: train.max_steps: must be > 0, got 0"

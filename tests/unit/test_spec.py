@@ -1,0 +1,133 @@
+"""The job spec: every invalid field is named, typos are caught, presets load, round trips hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ray_jobs.spec import FineTuneSpec, SpecError
+
+PRESETS = sorted((Path(__file__).resolve().parents[2] / "ray_jobs" / "presets").glob("*.yaml"))
+MINIMAL = {"name": "job", "model": {"path": "org/model"}, "data": {"path": "data.jsonl"}}
+
+
+def spec_with(section: str | None, key: str, value: object) -> dict:
+    data = json.loads(json.dumps(MINIMAL))
+    if section is None:
+        data[key] = value
+    else:
+        data.setdefault(section, {})[key] = value
+    return data
+
+
+INVALID = [
+    (None, "name", "", "name"),
+    (None, "name", "has space", "name"),
+    ("model", "path", "", "model.path"),
+    ("model", "dtype", "int4", "model.dtype"),
+    ("quantization", "mode", "fp4", "quantization.mode"),
+    ("quantization", "double_quant", "yes", "quantization.double_quant"),
+    ("lora", "r", 0, "lora.r"),
+    ("lora", "alpha", -1, "lora.alpha"),
+    ("lora", "dropout", 1.0, "lora.dropout"),
+    ("lora", "target_modules", [], "lora.target_modules"),
+    ("lora", "modules_to_save", "lm_head", None),  # a lone string is accepted as a one-item list
+    ("data", "path", "", "data.path"),
+    ("data", "format", "csv", "data.format"),
+    ("data", "max_seq_len", 0, "data.max_seq_len"),
+    ("data", "val_fraction", 0.7, "data.val_fraction"),
+    ("data", "tokenize_workers", 0, "data.tokenize_workers"),
+    ("data", "tokenize_batch_size", 0, "data.tokenize_batch_size"),
+    ("data", "prefetch_batches", -1, "data.prefetch_batches"),
+    ("data", "packing", "no", "data.packing"),
+    ("data", "train_on_completions_only", 1, "data.train_on_completions_only"),
+    ("train", "gradient_checkpointing", "on", "train.gradient_checkpointing"),
+    ("scaling", "use_gpu", "cuda", "scaling.use_gpu"),
+    ("train", "max_steps", 0, "train.max_steps"),
+    ("train", "epochs", 0, "train.epochs"),
+    ("train", "micro_batch_size", 0, "train.micro_batch_size"),
+    ("train", "global_batch_size", 6, "train.global_batch_size"),  # not a multiple of 4 x 1
+    ("train", "learning_rate", 0, "train.learning_rate"),
+    ("train", "learning_rate", "fast", "train.learning_rate"),
+    ("train", "lr_schedule", "step", "train.lr_schedule"),
+    ("train", "warmup_steps", -1, "train.warmup_steps"),
+    ("train", "weight_decay", -0.1, "train.weight_decay"),
+    ("train", "max_grad_norm", 0, "train.max_grad_norm"),
+    ("train", "log_every", 0, "train.log_every"),
+    ("train", "eval_every", 0, "train.eval_every"),
+    ("train", "checkpoint_every", 0, "train.checkpoint_every"),
+    ("train", "max_failures", -1, "train.max_failures"),
+    ("train", "seed", 1.5, "train.seed"),
+    ("scaling", "num_workers", 0, "scaling.num_workers"),
+    ("scaling", "strategy", "deepspeed", "scaling.strategy"),
+    ("scaling", "cpus_per_worker", 0, "scaling.cpus_per_worker"),
+    ("output", "dir", "", "output.dir"),
+]
+
+
+@pytest.mark.parametrize(("section", "key", "value", "field"), INVALID)
+def test_invalid_field_is_named(section, key, value, field):
+    data = spec_with(section, key, value)
+    if field is None:
+        FineTuneSpec.from_dict(data)
+        return
+    with pytest.raises(SpecError) as info:
+        FineTuneSpec.from_dict(data)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert "\n" not in str(info.value)
+
+
+def test_every_field_has_an_invalid_case_or_is_free_text():
+    """Adding a field without a validation case here fails, so coverage cannot silently shrink."""
+    covered = {field for *_, field in INVALID if field} | {f"{s}.{k}" for s, k, _, f in INVALID if s and f is None}
+    free_text = {"model.revision", "model.attn_implementation", "data.chat_template", "train.seed", "train.global_batch_size"}
+    spec = FineTuneSpec.from_dict(MINIMAL).to_dict()
+    fields = {f"{s}.{k}" for s, v in spec.items() if isinstance(v, dict) for k in v} | {"name"}
+    missing = fields - covered - free_text
+    assert not missing, f"add invalid cases for {sorted(missing)}"
+
+
+def test_typo_suggests_the_field():
+    with pytest.raises(SpecError, match=r"train.lerning_rate: unknown key; did you mean 'learning_rate'\?"):
+        FineTuneSpec.from_dict(spec_with("train", "lerning_rate", 1e-4))
+
+
+def test_unknown_section_lists_known_keys():
+    with pytest.raises(SpecError) as info:
+        FineTuneSpec.from_dict(spec_with(None, "optimizer", {"name": "sgd"}))
+    assert info.value.field == "optimizer"
+
+
+def test_section_must_be_a_mapping():
+    with pytest.raises(SpecError, match="^train: must be a mapping"):
+        FineTuneSpec.from_dict(spec_with(None, "train", [1, 2]))
+
+
+def test_round_trip_and_grad_accum():
+    data = spec_with("train", "global_batch_size", 32)
+    data["scaling"] = {"num_workers": 2}
+    spec = FineTuneSpec.from_dict(data)
+    assert FineTuneSpec.from_dict(spec.to_dict()) == spec
+    assert spec.grad_accum_steps == 4  # 32 / (micro 4 x 2 workers)
+
+
+def test_yaml_scientific_notation_without_dot(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: j\nmodel: {path: org/m}\ndata: {path: d.jsonl}\ntrain: {learning_rate: 2e-4}\n")
+    assert FineTuneSpec.load(path).train.learning_rate == pytest.approx(2e-4)
+
+
+def test_missing_spec_file():
+    with pytest.raises(SpecError, match="does not exist"):
+        FineTuneSpec.load("/nonexistent/spec.yaml")
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
+def test_presets_are_valid_and_explain_themselves(preset):
+    spec = FineTuneSpec.load(preset)
+    header = preset.read_text().splitlines()[0]
+    assert header.startswith("# "), "a preset opens with a comment saying what it is for"
+    assert spec.name

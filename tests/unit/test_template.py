@@ -1,0 +1,72 @@
+"""Chat templating: the rendered text is the tokenizer's template, and only answers carry labels."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_jobs.formats import Turn
+from ray_jobs.template import IGNORE_INDEX, ChatEncoder, TemplateError
+
+CONVERSATION = [
+    Turn("system", "You count."),
+    Turn("user", "count from golf"),
+    Turn("assistant", "golf hotel"),
+    Turn("user", "again from kilo"),
+    Turn("assistant", "kilo lima"),
+]
+
+
+def trained_text(tokenizer, ids, labels):
+    return tokenizer.decode([i for i, lab in zip(ids, labels) if lab != IGNORE_INDEX])
+
+
+def test_concatenated_segments_equal_the_full_render(tokenizer):
+    encoder = ChatEncoder(tokenizer)
+    full = tokenizer.apply_chat_template([t._asdict() for t in CONVERSATION], tokenize=False)
+    assert "".join(text for text, _ in encoder.segments(CONVERSATION)) == full
+
+
+def test_only_assistant_answers_are_trained(tokenizer):
+    ids, labels = ChatEncoder(tokenizer).encode_turns(CONVERSATION)
+    assert len(ids) == len(labels)
+    assert trained_text(tokenizer, ids, labels) == "golf hotel<|im_end|>\nkilo lima<|im_end|>\n"
+    assert tokenizer.decode(ids).count("<|im_start|>") == 5
+
+
+def test_train_on_everything(tokenizer):
+    ids, labels = ChatEncoder(tokenizer, completions_only=False).encode_turns(CONVERSATION)
+    assert ids == labels
+
+
+def test_chatml_is_the_fallback_template(tokenizer):
+    class NoTemplate:
+        chat_template = None
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+        def __call__(self, *args, **kwargs):
+            return tokenizer(*args, **kwargs)
+
+    encoder = ChatEncoder(NoTemplate())
+    assert "<|im_start|>" in encoder.template
+
+
+def test_spec_template_overrides(tokenizer):
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+    ids, labels = ChatEncoder(tokenizer, chat_template=template).encode_turns(CONVERSATION[1:3])
+    assert tokenizer.decode(ids) == "[user] count from golf\n[assistant] golf hotel\n"
+    assert trained_text(tokenizer, ids, labels) == "golf hotel\n"
+
+
+def test_template_that_rewrites_history_is_refused(tokenizer):
+    # Renders only the last message: each prefix is not a prefix of the next render.
+    template = "{{ messages[-1]['content'] }}"
+    with pytest.raises(TemplateError, match="data.chat_template"):
+        ChatEncoder(tokenizer, chat_template=template).encode_turns(CONVERSATION[1:3])
+
+
+def test_text_gets_bos_and_eos_and_all_labels(tokenizer):
+    ids, labels = ChatEncoder(tokenizer).encode_text("alpha bravo")
+    assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+    assert labels == ids
