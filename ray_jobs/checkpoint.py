@@ -36,7 +36,7 @@ class TrainState:
     batches_in_epoch: int = 0
     """Micro-batches of ``epoch`` already consumed by this worker."""
     tokens: int = 0
-    """Trained (label) tokens seen, over all workers."""
+    """Real (non-padding) tokens trained on, over all workers: what tokens/s counts."""
     samples: int = 0
     """Examples seen, over all workers."""
 

@@ -29,7 +29,7 @@ class StepMeter:
             self._phases[name] += time.perf_counter() - t0
 
     def add(self, tokens: int, samples: int) -> None:
-        """One optimizer step that trained ``tokens`` label tokens on ``samples`` examples (all workers)."""
+        """One optimizer step over ``tokens`` real (non-padding) tokens and ``samples`` examples (all workers)."""
         self._tokens += tokens
         self._samples += samples
         self._steps += 1

@@ -39,16 +39,14 @@ def check_model(path: str) -> None:
 
 
 def absolute_paths(spec: FineTuneSpec) -> FineTuneSpec:
-    """The spec with local model, data and output paths made absolute: Ray workers run elsewhere."""
+    """The spec with local paths made absolute: Ray workers do not share the driver's directory."""
 
-    def absolute(path: str) -> str:
-        p = Path(path).expanduser()
-        return str(p.resolve()) if "://" not in path and (p.exists() or path.startswith((".", "~", "/"))) else path
+    def absolute(path: str, always: bool = False) -> str:
+        local = Path(path).expanduser()
+        return str(local.resolve()) if "://" not in path and (always or local.exists()) else path
 
     return spec.replace(
         model=dataclasses.replace(spec.model, path=absolute(spec.model.path)),
         data=dataclasses.replace(spec.data, path=absolute(spec.data.path)),
-        output=dataclasses.replace(
-            spec.output, dir=absolute(spec.output.dir) if "://" not in spec.output.dir else spec.output.dir
-        ),
+        output=dataclasses.replace(spec.output, dir=absolute(spec.output.dir, always=True)),
     )

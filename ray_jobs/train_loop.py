@@ -89,7 +89,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         with meter.phase("data"):
             group = [next(batches) for _ in range(accum)]
         with meter.phase("compute"):
-            counts = _all_reduce(_count(group))  # [label tokens, examples] over all workers
+            counts = _all_reduce(_count(group))  # [label tokens, real tokens, examples], all workers
             tokens_per_rank = counts[0].clamp(min=1) / world  # HF loss: sum over tokens / this = global mean
             loss_sum = torch.zeros((), device=device)
             for i, batch in enumerate(group):
@@ -110,9 +110,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             optimizer.zero_grad(set_to_none=True)
             loss = float(_all_reduce(loss_sum) / world)
         state.step += 1
-        state.tokens += int(counts[0])
-        state.samples += int(counts[1])
-        meter.add(int(counts[0]), int(counts[1]))
+        state.tokens += int(counts[1])
+        state.samples += int(counts[2])
+        meter.add(int(counts[1]), int(counts[2]))
         if first_step_s is None:
             first_step_s = time.time() - cfg.start_time
         if cfg.fail_at_step == state.step and rank == min(1, world - 1):
@@ -192,9 +192,10 @@ def _inject_failure(spec: FineTuneSpec, step: int, rank: int) -> None:
 def _count(group: list[dict[str, Any]]) -> Any:
     import torch
 
-    tokens = sum((b["labels"] != -100).sum() for b in group)
+    label_tokens = sum((b["labels"] != -100).sum() for b in group)
+    real_tokens = sum(b["num_tokens"].sum() for b in group)
     examples = sum(b["num_examples"].sum() for b in group)
-    return torch.stack([tokens, examples]).to(torch.float64)
+    return torch.stack([label_tokens, real_tokens, examples]).to(torch.float64)
 
 
 def evaluate(model: Any, shard: Any, spec: FineTuneSpec, device: Any) -> float:
