@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The 7B QLoRA preset through `rayft train` on one lent H200, end to end, nothing downloaded:
+# a random-weight Llama-2-7B-shaped model built on the GPU, a 20k-row chat dataset with realistic
+# lengths, then ray_jobs/presets/qlora_7b_1gpu.yaml for STEPS steps. Results land in $OUT.
+#
+# Device call (from the repo root, after ../shared/device/make-bundle.sh):
+#   carry: [".gpu"]   command: bash bench/qlora_7b.sh            (about 5 minutes)
+# Extra `rayft train --set` overrides can follow: bash bench/qlora_7b.sh train.micro_batch_size=4
+set -euo pipefail
+source .gpu/env.sh
+export PYTHONPATH=$PWD:$PYTHONPATH
+OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
+STEPS=${STEPS:-30}
+PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
+sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import sys, torch, transformers, peft, ray, bitsandbytes as b; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'ray', ray.__version__, 'bnb', b.__version__)" | tee "$OUT/versions.txt"
+python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tee "$OUT/build.log"
+[ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows 20000
+
+name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$PRESET")
+start=$(date +%s.%N)
+python3 -m rayft train "$PRESET" --overwrite \
+  --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
+  --set train.max_steps="$STEPS" --set train.log_every=5 --set train.eval_every=null \
+  --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" 2>&1 | tee "$OUT/train.log"
+echo "rayft train wall: $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a "$OUT/train.log"
+cp "/tmp/runs/$name/summary.json" "/tmp/runs/$name/metrics.jsonl" "$OUT/"
+python3 - "$OUT/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+print("step  loss    tokens/s  step_s  data_wait  peak_GiB")
+for r in rows:
+    print(f"{r['step']:4d}  {r['loss']:.3f}  {r['tokens_per_s']:8.0f}  {r['step_time_s']:6.2f}  {r['data_wait_frac']:9.3f}  {r.get('gpu_mem_peak_gb', 0):7.1f}")
+PY
