@@ -15,13 +15,14 @@ import dataclasses
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import preflight
+from ray_jobs import preflight, storage
 from ray_jobs.events import Event
 from ray_jobs.spec import FineTuneSpec, SpecError
 
@@ -31,9 +32,12 @@ EventSink = Callable[[Event], None]
 
 @dataclasses.dataclass(frozen=True)
 class JobResult:
-    run_dir: Path
-    adapter_dir: Path
+    run_dir: str
+    """Local path or ``s3://`` URI of ``{output.dir}/{name}``."""
+    adapter_dir: str
     summary: dict[str, Any]
+    local_dir: Path
+    """This machine's copy of the run's files (the run dir itself when it is local)."""
 
 
 def run(
@@ -46,11 +50,27 @@ def run(
 ) -> JobResult:
     """Run ``spec`` to completion on Ray (a local cluster unless ``address``); raise on failure."""
     start = time.time()
-    emit = on_event or (lambda event: None)
     preflight.check(spec)
     spec = preflight.absolute_paths(spec)
-    run_dir = Path(spec.run_dir)
+    run_dir = storage.location(spec.run_dir)
     _claim_run_dir(run_dir, overwrite)
+    # Files are written locally, then uploaded when the run dir is remote (s3://).
+    staging = Path(run_dir.path) if run_dir.is_local else Path(tempfile.mkdtemp(prefix="rayft-run-"))
+    try:
+        return _run(spec, run_dir, staging, start, on_event or (lambda event: None), address, fail_at_step)
+    finally:
+        run_dir.upload(staging)
+
+
+def _run(
+    spec: FineTuneSpec,
+    run_dir: storage.Location,
+    staging: Path,
+    start: float,
+    emit: EventSink,
+    address: str | None,
+    fail_at_step: int | None,
+) -> JobResult:
 
     emit(Event("phase", {"phase": "connect"}))
     connect(address, spec)
@@ -81,7 +101,8 @@ def run(
         ),
         run_config=RunConfig(
             name="ray",
-            storage_path=str(run_dir),
+            storage_path=run_dir.path,
+            storage_filesystem=run_dir.fs,
             callbacks=[ForwardReports(queue)],
             failure_config=FailureConfig(max_failures=spec.train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
@@ -90,7 +111,7 @@ def run(
     )
     emit(Event("phase", {"phase": "training", "total_steps": total_steps}))
     history: list[dict[str, Any]] = []
-    with (run_dir / "metrics.jsonl").open("a") as metrics_log:
+    with (staging / "metrics.jsonl").open("a") as metrics_log:
 
         def record(event: Event) -> None:
             history.append(event.to_dict())
@@ -104,11 +125,12 @@ def run(
         raise result.error
 
     emit(Event("phase", {"phase": "export"}))
-    adapter_dir = _export(result.checkpoint, spec, run_dir)
-    summary = summarize(spec, history, start, adapter_dir)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    _export(result.checkpoint, spec, staging / "adapter")
+    adapter_uri = run_dir.child("adapter").uri
+    summary = summarize(spec, history, start, adapter_uri)
+    (staging / "summary.json").write_text(json.dumps(summary, indent=2))
     emit(Event("summary", summary))
-    return JobResult(run_dir, adapter_dir, summary)
+    return JobResult(run_dir.uri, adapter_uri, summary, staging)
 
 
 def connect(address: str | None, spec: FineTuneSpec) -> None:
@@ -145,14 +167,12 @@ def quiet_ray_data() -> None:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
-def _claim_run_dir(run_dir: Path, overwrite: bool) -> None:
-    if (run_dir / "summary.json").exists():
+def _claim_run_dir(run_dir: storage.Location, overwrite: bool) -> None:
+    if run_dir.child("summary.json").exists():
         if not overwrite:
-            raise SpecError("name", f"run {str(run_dir)!r} already finished; pick another name or pass --overwrite")
-        import shutil
-
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+            raise SpecError("name", f"run {run_dir.uri!r} already finished; pick another name or pass --overwrite")
+        run_dir.delete()
+    run_dir.fs.create_dir(run_dir.path, recursive=True)
 
 
 def _count_steps(spec: FineTuneSpec, datasets: dict[str, Any]) -> int:
@@ -194,20 +214,18 @@ class _Failed:
     checkpoint: Any = None
 
 
-def _export(checkpoint: Any, spec: FineTuneSpec, run_dir: Path) -> Path:
+def _export(checkpoint: Any, spec: FineTuneSpec, target: Path) -> None:
     """Copy the final adapter out of the last checkpoint, with the tokenizer beside it."""
     import shutil
 
     from transformers import AutoTokenizer
 
-    target = run_dir / "adapter"
     with checkpoint.as_directory() as directory:
         shutil.copytree(Path(directory) / "adapter", target, dirs_exist_ok=True)
     AutoTokenizer.from_pretrained(spec.model.path).save_pretrained(target)
-    return target
 
 
-def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], start: float, adapter_dir: Path) -> dict[str, Any]:
+def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], start: float, adapter_dir: str) -> dict[str, Any]:
     progress = [e for e in history if e["kind"] == "progress"]
     trained = [e for e in progress if "loss" in e]
     evals = [e["eval_loss"] for e in progress if "eval_loss" in e]
@@ -230,6 +248,6 @@ def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], start: float, a
         "quantized_layers": last.get("quantized_layers"),
         "restarts": sum(e["kind"] == "failure" for e in history),
         "reported_steps": [e["step"] for e in trained],
-        "adapter_dir": str(adapter_dir),
+        "adapter_dir": adapter_dir,
         "spec": spec.to_dict(),
     }

@@ -181,9 +181,9 @@ def _micro_batches(shard: Any, spec: FineTuneSpec, state: TrainState, device: An
 
 def _inject_failure(spec: FineTuneSpec, step: int, rank: int) -> None:
     """Raise once per run (a marker file in the run directory remembers that it did)."""
-    from pathlib import Path
+    from ray_jobs.storage import location
 
-    marker = Path(spec.run_dir) / "injected-failure"
+    marker = location(spec.run_dir).child("injected-failure")
     if not marker.exists():
         marker.write_text(f"step {step} rank {rank}\n")
         raise InjectedFailure(f"injected failure at step {step} on rank {rank}")

@@ -57,9 +57,37 @@ def tiny_spec(tiny: Path, tmp_path: Path) -> FineTuneSpec:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def s3_server():
+    """A local S3-compatible server (moto in server mode on 127.0.0.1), reached over HTTP through the
+    standard AWS variables, so boto3, pyarrow and Ray workers (which inherit them) all find it."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env["AWS_ENDPOINT_URL"]
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3_server):
     """One local Ray cluster for the whole session, bound to loopback, over-subscribed to 4 CPUs
-    so two CPU training workers leave room for Ray Data (on 2 cores it would otherwise deadlock)."""
+    so two CPU training workers leave room for Ray Data (on 2 cores it would otherwise deadlock).
+    Started after the S3 server so its workers inherit the S3 endpoint and credentials."""
     os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.1"  # see ray_jobs.run.connect
     import ray

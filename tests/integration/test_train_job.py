@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from ray_jobs.run import run
 from ray_jobs.tiny import write_dataset
+from rayft.cli import main
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +40,7 @@ def heldout_loss(model, tokenizer, rows):
     return sum(losses) / len(losses)
 
 
-def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tiny, tokenizer):
+def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tiny, tokenizer, tmp_path):
     events = []
     result = run(tiny_spec, on_event=events.append)
     summary = result.summary
@@ -47,9 +49,10 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     assert summary["steps"] == tiny_spec.train.max_steps
     assert summary["eval_loss"] < 0.5 * summary["initial_eval_loss"], summary
     assert {e.kind for e in events} >= {"phase", "progress", "summary"}
-    assert json.loads((result.run_dir / "summary.json").read_text())["eval_loss"] == summary["eval_loss"]
-    assert (result.adapter_dir / "adapter_model.safetensors").is_file()
-    assert (result.adapter_dir / "tokenizer.json").is_file()
+    assert json.loads((result.local_dir / "summary.json").read_text())["eval_loss"] == summary["eval_loss"]
+    adapter = Path(result.adapter_dir)
+    assert (adapter / "adapter_model.safetensors").is_file()
+    assert (adapter / "tokenizer.json").is_file()
 
     import random
 
@@ -62,9 +65,15 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     rows = [example(rng) for _ in range(16)]
     base = AutoModelForCausalLM.from_pretrained(tiny / "model")
     base_loss = heldout_loss(base, tokenizer, rows)
-    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny / "model"), result.adapter_dir)
+    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny / "model"), adapter)
     tuned_loss = heldout_loss(tuned, tokenizer, rows)
     assert tuned_loss < 0.5 * base_loss, (base_loss, tuned_loss)
+
+    # `rayft merge` folds the adapter into the base: same outputs as base + adapter, no PEFT needed.
+    merged_dir = tmp_path / "merged"
+    assert main(["merge", str(adapter), "--out", str(merged_dir)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir)
+    assert heldout_loss(merged, tokenizer, rows) == pytest.approx(tuned_loss, rel=1e-4)
 
 
 def test_qlora_nf4_runs_on_the_cpu_backend(ray_cluster, tiny_spec):
@@ -109,3 +118,32 @@ def test_fsdp_on_two_cpu_workers_with_epochs(ray_cluster, tiny_spec, tmp_path):
     assert summary["steps"] > 3  # counted from one pass over the packed data
     assert summary["eval_loss"] < summary["initial_eval_loss"], summary
     assert (tmp_path / "runs" / "tiny-fsdp" / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
+    """output.dir on S3: checkpoints (Ray Train storage), adapter, summary and metrics all land in the bucket."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="rayft-runs")
+    spec = with_train(tiny_spec, max_steps=6, eval_every=None, checkpoint_every=3, log_every=3)
+    spec = spec.replace(
+        name="tiny-s3",
+        output=dataclasses.replace(spec.output, dir="s3://rayft-runs/team-a"),
+        data=dataclasses.replace(spec.data, val_fraction=0.0),
+    )
+    result = run(spec)
+
+    assert result.adapter_dir == "s3://rayft-runs/team-a/tiny-s3/adapter"
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="rayft-runs", Prefix="team-a/tiny-s3/")["Contents"]}
+    for name in (
+        "adapter/adapter_model.safetensors",
+        "adapter/adapter_config.json",
+        "adapter/tokenizer.json",
+        "summary.json",
+        "metrics.jsonl",
+    ):
+        assert f"team-a/tiny-s3/{name}" in keys
+    assert any(k.startswith("team-a/tiny-s3/ray/checkpoint_") and k.endswith("train_state.pt") for k in keys)
+    summary = json.loads(s3.get_object(Bucket="rayft-runs", Key="team-a/tiny-s3/summary.json")["Body"].read())
+    assert summary["steps"] == 6

@@ -1,0 +1,88 @@
+"""Every manifest in k8s/ validates against KubeRay v1.7.0's CRD schemas, strictly.
+
+The API server prunes unknown fields silently, so a typo (``shutdownAfterJobFinish``) would deploy and
+be ignored. Here every object with declared properties rejects unknown keys. The CRDs are copied,
+gzipped, from KubeRay v1.7.0 (``config/crd/bases``).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = Path(__file__).parent / "crd"
+MANIFESTS = sorted((ROOT / "k8s").glob("*.yaml"))
+
+
+def strict(schema: dict) -> dict:
+    """Reject unknown keys wherever the schema lists properties and does not preserve unknowns."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+@functools.lru_cache
+def crd_schema(kind: str) -> dict:
+    for path in CRDS.glob("*.yaml.gz"):
+        crd = yaml.safe_load(gzip.decompress(path.read_bytes()))
+        if crd["spec"]["names"]["kind"] == kind:
+            (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+            return strict(version["schema"]["openAPIV3Schema"])
+    raise LookupError(kind)
+
+
+def documents() -> list[tuple[str, dict]]:
+    return [(f"{p.name}#{i}", doc) for p in MANIFESTS for i, doc in enumerate(yaml.safe_load_all(p.read_text())) if doc]
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda p: p.name)
+def test_manifest_opens_with_what_it_is_for(manifest):
+    lines = manifest.read_text().splitlines()
+    assert lines[0].startswith("# ") and len([line for line in lines[:12] if line.startswith("#")]) >= 2
+
+
+@pytest.mark.parametrize(
+    ("name", "doc"),
+    [d for d in documents() if d[1]["kind"] in ("RayJob", "RayCluster")],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_kuberay_objects_match_the_crd(name, doc):
+    jsonschema.validate(doc, crd_schema(doc["kind"]))
+
+
+def test_strict_schema_catches_a_typo():
+    (_, job) = next(d for d in documents() if d[1]["kind"] == "RayJob")
+    job = {**job, "spec": {**job["spec"], "shutdownAfterJobFinish": True}}
+    with pytest.raises(jsonschema.ValidationError, match="shutdownAfterJobFinish"):
+        jsonschema.validate(job, crd_schema("RayJob"))
+
+
+def test_ray_version_matches_the_pinned_ray():
+    import ray
+
+    for _, doc in documents():
+        spec = doc.get("spec", {})
+        cluster = spec.get("rayClusterSpec", spec)
+        if "rayVersion" in cluster:
+            assert cluster["rayVersion"] == ray.__version__
+
+
+def test_kustomization_lists_existing_files():
+    kustomization = yaml.safe_load((ROOT / "k8s" / "kustomization.yaml").read_text())
+    for resource in kustomization["resources"]:
+        assert (ROOT / "k8s" / resource).is_file()
