@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test test-unit test-integration test-gpu lint format lock clean
+.PHONY: install demo test test-unit test-integration test-gpu lint format proto lock clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ lint: install
 format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+proto: install            ## regenerate service/_gen from proto/ (a test fails if it is stale)
+	$(PY) proto/generate.py
 
 lock: install             ## re-pin constraints.txt from the current venv
 	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^rayft'; } > constraints.new && mv constraints.new constraints.txt

@@ -1,0 +1,1 @@
+"""The rayft gRPC service: job store, launcher, progress stream. Never imports torch."""

@@ -1,0 +1,211 @@
+"""SQLite job store: one file, WAL journal, numbered schema migrations, one writer lock.
+
+Every change that must be atomic (a state change and its event, an event and the job's ``last_seq``)
+is one transaction, so a crash between them cannot leave a gap in a job's event log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from service.states import JobState, TransitionError
+from service.store import EventRecord, JobRecord
+
+MIGRATIONS = [
+    # 1: jobs, events, tokens
+    """
+    CREATE TABLE jobs (
+        id TEXT PRIMARY KEY, team TEXT NOT NULL, state TEXT NOT NULL, spec TEXT NOT NULL,
+        created_at REAL NOT NULL, updated_at REAL NOT NULL, idempotency_key TEXT NOT NULL DEFAULT '',
+        request_hash TEXT NOT NULL DEFAULT '', message TEXT NOT NULL DEFAULT '',
+        ray_submission_id TEXT NOT NULL DEFAULT '', last_seq INTEGER NOT NULL DEFAULT 0,
+        summary TEXT, report_token_hash TEXT NOT NULL DEFAULT ''
+    );
+    CREATE UNIQUE INDEX jobs_idempotency ON jobs(team, idempotency_key) WHERE idempotency_key != '';
+    CREATE INDEX jobs_team_created ON jobs(team, created_at DESC, id DESC);
+    CREATE TABLE events (
+        job_id TEXT NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, time REAL NOT NULL,
+        kind TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (job_id, seq)
+    );
+    CREATE TABLE tokens (token_hash TEXT PRIMARY KEY, team TEXT NOT NULL, created_at REAL NOT NULL);
+    """,
+]
+_UPDATABLE = {"ray_submission_id", "summary", "report_token_hash"}
+
+
+class SqliteJobStore:
+    def __init__(self, path: str | Path):
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._tx() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in filter(str.strip, script.split(";")):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._db, self._lock)
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def create(self, record: JobRecord) -> tuple[JobRecord, bool]:
+        with self._tx() as db:
+            if record.idempotency_key:
+                row = db.execute(
+                    "SELECT * FROM jobs WHERE team = ? AND idempotency_key = ?", (record.team, record.idempotency_key)
+                ).fetchone()
+                if row is not None:
+                    return _job(row), False
+            db.execute(
+                "INSERT INTO jobs (id, team, state, spec, created_at, updated_at, idempotency_key, request_hash) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    record.id,
+                    record.team,
+                    JobState.QUEUED.value,
+                    json.dumps(record.spec),
+                    record.created_at,
+                    record.created_at,
+                    record.idempotency_key,
+                    record.request_hash,
+                ),
+            )
+            self._append(db, record.id, "state", {"state": JobState.QUEUED.value, "message": ""}, record.created_at)
+            return _job(db.execute("SELECT * FROM jobs WHERE id = ?", (record.id,)).fetchone()), True
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _job(row) if row else None
+
+    def list(self, team: str, states: Sequence[JobState] = (), limit: int = 50, after: str = "") -> list[JobRecord]:
+        sql, args = "SELECT * FROM jobs WHERE team = ?", [team]
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args += [JobState(s).value for s in states]
+        if after:
+            anchor = self.get(after)
+            if anchor is not None:
+                sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
+                args += [anchor.created_at, anchor.created_at, anchor.id]
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        with self._lock:
+            return [_job(r) for r in self._db.execute(sql, [*args, limit]).fetchall()]
+
+    def transition(self, job_id: str, state: JobState, message: str = "") -> JobRecord:
+        with self._tx() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise KeyError(job_id)
+            current = JobState(row["state"])
+            if not current.can_become(state):
+                raise TransitionError(f"job {job_id} is {current.value}; it cannot become {state.value}")
+            now = time.time()
+            db.execute("UPDATE jobs SET state = ?, message = ?, updated_at = ? WHERE id = ?", (state.value, message, now, job_id))
+            self._append(db, job_id, "state", {"state": state.value, "message": message}, now)
+            return _job(db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+
+    def update(self, job_id: str, **fields: Any) -> JobRecord:
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)}")
+        values = {k: json.dumps(v) if k == "summary" else v for k, v in fields.items()}
+        with self._tx() as db:
+            assignments = ", ".join(f"{k} = ?" for k in values)
+            db.execute(f"UPDATE jobs SET {assignments}, updated_at = ? WHERE id = ?", (*values.values(), time.time(), job_id))
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise KeyError(job_id)
+        return _job(row)
+
+    def active(self) -> list[JobRecord]:
+        terminal = [s.value for s in JobState if s.is_terminal]
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT * FROM jobs WHERE state NOT IN ({','.join('?' * len(terminal))}) ORDER BY created_at", terminal
+            )
+            return [_job(r) for r in rows.fetchall()]
+
+    def count_active(self, team: str) -> int:
+        return sum(job.team == team for job in self.active())
+
+    # -- events ------------------------------------------------------------------------------
+
+    def append_event(self, job_id: str, kind: str, data: dict[str, Any], time: float | None = None) -> EventRecord:
+        with self._tx() as db:
+            return self._append(db, job_id, kind, data, time)
+
+    def _append(self, db: sqlite3.Connection, job_id: str, kind: str, data: dict[str, Any], at: float | None) -> EventRecord:
+        row = db.execute("SELECT last_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise KeyError(job_id)
+        event = EventRecord(job_id, row["last_seq"] + 1, at if at is not None else time.time(), kind, data)
+        db.execute(
+            "INSERT INTO events (job_id, seq, time, kind, data) VALUES (?,?,?,?,?)",
+            (job_id, event.seq, event.time, kind, json.dumps(data)),
+        )
+        db.execute("UPDATE jobs SET last_seq = ? WHERE id = ?", (event.seq, job_id))
+        return event
+
+    def events(self, job_id: str, after_seq: int = 0, limit: int = 1000) -> list[EventRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?", (job_id, after_seq, limit)
+            )
+            return [EventRecord(r["job_id"], r["seq"], r["time"], r["kind"], json.loads(r["data"])) for r in rows.fetchall()]
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def add_token(self, team: str, token_hash: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO tokens (token_hash, team, created_at) VALUES (?,?,?)", (token_hash, team, time.time()))
+
+    def team_for_token(self, token_hash: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT team FROM tokens WHERE token_hash = ?", (token_hash,)).fetchone()
+        return row["team"] if row else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class _Transaction:
+    """``with store._tx() as db:`` holds the writer lock and commits (or rolls back) one transaction."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock):
+        self.db, self.lock = db, lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        try:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self.lock.release()
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    data = dict(row)
+    data["state"] = JobState(data["state"])
+    data["spec"] = json.loads(data["spec"])
+    data["summary"] = json.loads(data["summary"]) if data["summary"] else None
+    return JobRecord(**{f.name: data[f.name] for f in dataclasses.fields(JobRecord)})
