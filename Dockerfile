@@ -6,4 +6,5 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY ray_jobs ray_jobs
 COPY rayft rayft
+COPY service service
 RUN pip install --no-cache-dir .

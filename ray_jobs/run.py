@@ -144,18 +144,10 @@ def connect(address: str | None, spec: FineTuneSpec) -> None:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         quiet_ray_data()
         return
-    # The Ray Train controller takes one report per worker per poll (default every 2 s); reports
-    # and their checkpoints still queued when a worker dies are lost. Poll faster on a local cluster.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
     # Over-subscribe CPUs: the training workers reserve theirs, Ray Data's tokenizers need the rest.
-    workers = spec.scaling.num_workers * spec.scaling.cpus_per_worker
-    ray.init(
-        num_cpus=(os.cpu_count() or 2) + workers,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-    )
+    from ray_jobs.local_ray import start_local_cluster
+
+    start_local_cluster(num_cpus=(os.cpu_count() or 2) + spec.scaling.num_workers * spec.scaling.cpus_per_worker)
     quiet_ray_data()
 
 

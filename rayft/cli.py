@@ -1,6 +1,6 @@
 """The ``rayft`` command line.
 
-    rayft demo                          # tiny model + data under .rayft/tiny, trained on 2 CPU workers
+    rayft demo [--direct]               # tiny model + data under .rayft/tiny, trained through the embedded service
     rayft train SPEC.yaml [--address ray://...|auto] [--set train.max_steps=10] [--overwrite]
     rayft check SPEC.yaml               # validate the spec and what it points at; start nothing
     rayft merge RUN/adapter --out DIR   # fold an adapter into its base model
@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from ray_jobs.spec import FineTuneSpec, SpecError
@@ -43,8 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_flags(p)
     p.set_defaults(command=cmd_train)
 
-    p = sub.add_parser("demo", help="create the tiny model and data, then train them on CPU")
+    p = sub.add_parser("demo", help="tiny model + data, trained on CPU through the embedded service (gRPC, local Ray)")
     p.add_argument("--dir", default=".rayft/tiny", help="where the tiny assets live (default: .rayft/tiny)")
+    p.add_argument("--direct", action="store_true", help="skip the service: train in this process, like `rayft train`")
     _add_run_flags(p)
     p.set_defaults(command=cmd_demo, overwrite=True)
 
@@ -52,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field")
     p.set_defaults(command=cmd_check)
+
+    from rayft.cli_service import add_commands
+
+    add_commands(sub, _add_overrides)
 
     p = sub.add_parser("merge", help="fold a LoRA adapter into its base model and save the result")
     p.add_argument("adapter", help="adapter directory (RUN/adapter)")
@@ -61,9 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. train.max_steps=10")
+
+
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="Ray cluster address (default: start a local cluster)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. train.max_steps=10")
+    _add_overrides(p)
     p.add_argument("--overwrite", action="store_true", help="replace a finished run of the same name")
     p.add_argument("--inject-failure-at", type=int, metavar="STEP", help="chaos test: fail one worker once at STEP")
 
@@ -101,7 +113,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     spec = load_spec(
         str(files("ray_jobs") / "presets" / DEMO_PRESET), [f"model.path={root}/model", f"data.path={root}/train.jsonl", *args.set]
     )
-    return _train(spec, args)
+    if args.direct:
+        return _train(spec, args)
+    return _demo_via_service(spec, Path(args.dir).parent / "service")
+
+
+def _demo_via_service(spec: FineTuneSpec, data_dir: Path) -> int:
+    """Start the embedded service (local Ray, SQLite), submit over gRPC, watch to the end."""
+    from ray_jobs.preflight import absolute_paths, check
+    from rayft.cli_service import watch
+    from rayft.client import Client
+    from rayft.local_service import local_service
+
+    check(spec)
+    spec = absolute_paths(spec).replace(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"starting the rayft service (embedded Ray, SQLite in {data_dir}) ...")
+    with local_service(data_dir) as address:
+        os.environ["RAYFT_ADDRESS"] = address
+        job = Client(address).submit(spec)
+        print(f"submitted {job.id} over gRPC to {address}; watching")
+        return watch(job.id, 0)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -119,7 +150,7 @@ def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
     from rayft.progress import ProgressView
 
     preflight.check(spec)  # fail fast, before the progress view and the cluster start
-    with ProgressView(spec) as view:
+    with ProgressView(spec.name, spec.train.max_steps) as view:
         result = run(spec, address=args.address, on_event=view, fail_at_step=args.inject_failure_at, overwrite=args.overwrite)
     view.print_summary(result.summary)
     return 0

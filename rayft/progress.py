@@ -9,7 +9,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ray_jobs.events import Event
-from ray_jobs.spec import FineTuneSpec
 
 PHASES = {
     "connect": "connecting to Ray",
@@ -22,7 +21,7 @@ PHASES = {
 class ProgressView:
     """Callable event sink for ``ray_jobs.run.run``; use as a context manager."""
 
-    def __init__(self, spec: FineTuneSpec, console: Console | None = None):
+    def __init__(self, name: str, total_steps: int | None = None, console: Console | None = None):
         self.console = console or Console(stderr=True)
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -34,7 +33,7 @@ class ProgressView:
             console=self.console,
             transient=False,
         )
-        self.task = self.progress.add_task(spec.name, total=spec.train.max_steps, stats="")
+        self.task = self.progress.add_task(name, total=total_steps, stats="")
         self.stats: dict[str, str] = {}
 
     def __enter__(self) -> ProgressView:
@@ -58,6 +57,10 @@ class ProgressView:
             if "eval_loss" in data:
                 self.stats["eval"] = f"eval {data['eval_loss']:.3f}"
             self.progress.update(self.task, completed=data.get("step", 0), total=data.get("total_steps"))
+        elif event.kind == "state":
+            self.stats["phase"] = data["state"].lower() + (f": {data['message']}" if data.get("message") else "")
+        elif event.kind == "failure" and "job" in data["errors"]:
+            self.console.print(f"[red]job failed: {data['errors']['job']}")
         elif event.kind == "failure":
             errors = "; ".join(f"rank {r}: {e}" for r, e in data["errors"].items())
             self.console.print(f"[yellow]worker failure ({errors}); restarting from the last checkpoint")

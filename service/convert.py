@@ -14,17 +14,19 @@ PROGRESS_FIELDS = [f.name for f in pb.Progress.DESCRIPTOR.fields]
 
 
 def message_to_dict(message: Any) -> dict[str, Any]:
-    """Only the fields the sender set: unset optional scalars take the spec's defaults."""
+    """Plain Python values; ``optional`` fields only when set (unset spec fields take the spec's defaults)."""
     out: dict[str, Any] = {}
     for field in message.DESCRIPTOR.fields:
         value = getattr(message, field.name)
-        if field.is_repeated:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            out[field.name] = dict(value)
+        elif field.is_repeated:
             if len(value):
                 out[field.name] = list(value)
         elif field.message_type is not None:
             if message.HasField(field.name):
                 out[field.name] = message_to_dict(value)
-        elif field.has_presence and message.HasField(field.name):
+        elif not field.has_presence or message.HasField(field.name):
             out[field.name] = value
     return out
 
@@ -49,6 +51,7 @@ def _fill(message: Any, data: dict[str, Any]) -> None:
         if field.is_repeated:
             getattr(message, key).extend(value)
         elif field.message_type is not None:
+            getattr(message, key).SetInParent()  # an empty section stays present
             _fill(getattr(message, key), value)
         else:
             setattr(message, key, value)

@@ -51,6 +51,8 @@ class JobStore(Protocol):
 
     def get(self, job_id: str) -> JobRecord | None: ...
 
+    def by_key(self, team: str, idempotency_key: str) -> JobRecord | None: ...
+
     def list(self, team: str, states: Sequence[JobState] = (), limit: int = 50, after: str = "") -> list[JobRecord]:
         """The team's jobs, newest first; ``after`` is the id of the last job of the previous page."""
 
@@ -59,6 +61,9 @@ class JobStore(Protocol):
 
     def append_event(self, job_id: str, kind: str, data: dict[str, Any], time: float | None = None) -> EventRecord: ...
 
+    def append_report(self, job_id: str, report_seq: int, kind: str, data: dict[str, Any]) -> EventRecord | None:
+        """Append an event the running job reported as its ``report_seq``-th; ``None`` for a repeat."""
+
     def events(self, job_id: str, after_seq: int = 0, limit: int = 1000) -> list[EventRecord]: ...
 
     def update(self, job_id: str, **fields: Any) -> JobRecord:
@@ -66,6 +71,9 @@ class JobStore(Protocol):
 
     def active(self) -> list[JobRecord]:
         """Jobs not yet in a terminal state, oldest first."""
+
+    def ended_since(self, since: float) -> list[JobRecord]:
+        """Jobs in a terminal state whose last change was at or after ``since``."""
 
     def count_active(self, team: str) -> int: ...
 

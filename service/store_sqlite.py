@@ -36,6 +36,10 @@ MIGRATIONS = [
     );
     CREATE TABLE tokens (token_hash TEXT PRIMARY KEY, team TEXT NOT NULL, created_at REAL NOT NULL);
     """,
+    # 2: the running job numbers its reports; a retried report is not stored twice
+    """
+    ALTER TABLE jobs ADD COLUMN last_report_seq INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 _UPDATABLE = {"ray_submission_id", "summary", "report_token_hash"}
 
@@ -93,6 +97,13 @@ class SqliteJobStore:
             row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job(row) if row else None
 
+    def by_key(self, team: str, idempotency_key: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM jobs WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)
+            ).fetchone()
+        return _job(row) if row else None
+
     def list(self, team: str, states: Sequence[JobState] = (), limit: int = 50, after: str = "") -> list[JobRecord]:
         sql, args = "SELECT * FROM jobs WHERE team = ?", [team]
         if states:
@@ -141,6 +152,15 @@ class SqliteJobStore:
             )
             return [_job(r) for r in rows.fetchall()]
 
+    def ended_since(self, since: float) -> list[JobRecord]:
+        terminal = [s.value for s in JobState if s.is_terminal]
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT * FROM jobs WHERE state IN ({','.join('?' * len(terminal))}) AND updated_at >= ? ORDER BY updated_at",
+                [*terminal, since],
+            )
+            return [_job(r) for r in rows.fetchall()]
+
     def count_active(self, team: str) -> int:
         return sum(job.team == team for job in self.active())
 
@@ -149,6 +169,16 @@ class SqliteJobStore:
     def append_event(self, job_id: str, kind: str, data: dict[str, Any], time: float | None = None) -> EventRecord:
         with self._tx() as db:
             return self._append(db, job_id, kind, data, time)
+
+    def append_report(self, job_id: str, report_seq: int, kind: str, data: dict[str, Any]) -> EventRecord | None:
+        with self._tx() as db:
+            row = db.execute("SELECT last_report_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise KeyError(job_id)
+            if report_seq <= row["last_report_seq"]:
+                return None
+            db.execute("UPDATE jobs SET last_report_seq = ? WHERE id = ?", (report_seq, job_id))
+            return self._append(db, job_id, kind, data, None)
 
     def _append(self, db: sqlite3.Connection, job_id: str, kind: str, data: dict[str, Any], at: float | None) -> EventRecord:
         row = db.execute("SELECT last_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()

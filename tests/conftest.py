@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 from pathlib import Path
 
 import pytest
@@ -88,10 +89,10 @@ def ray_cluster(s3_server):
     """One local Ray cluster for the whole session, bound to loopback, over-subscribed to 4 CPUs
     so two CPU training workers leave room for Ray Data (on 2 cores it would otherwise deadlock).
     Started after the S3 server so its workers inherit the S3 endpoint and credentials."""
-    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
-    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.1"  # see ray_jobs.run.connect
     import ray
 
-    ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
-    yield ray
+    from ray_jobs.local_ray import start_local_cluster
+
+    info = start_local_cluster(num_cpus=4, dashboard=True)  # the dashboard serves the Jobs API
+    yield types.SimpleNamespace(jobs_api=f"http://{info['dashboard_url']}", gcs=info["gcs_address"])
     ray.shutdown()

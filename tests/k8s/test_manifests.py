@@ -86,3 +86,17 @@ def test_kustomization_lists_existing_files():
     kustomization = yaml.safe_load((ROOT / "k8s" / "kustomization.yaml").read_text())
     for resource in kustomization["resources"]:
         assert (ROOT / "k8s" / resource).is_file()
+
+
+def test_service_deployment_wiring():
+    docs = {d["kind"]: d for _, d in documents() if d.get("metadata", {}).get("name", "").startswith("rayft")}
+    deployment, service = docs["Deployment"], docs["Service"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+    assert int(env["RAYFT_PORT"]) == port == container["readinessProbe"]["grpc"]["port"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert env["RAYFT_REPORT_ADDRESS"] == f"{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+    cluster = next(d for _, d in documents() if d["kind"] == "RayCluster")
+    assert env["RAYFT_RAY_ADDRESS"] == f"http://{cluster['metadata']['name']}-head-svc:8265"
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"  # one SQLite writer

@@ -50,6 +50,7 @@ def test_idempotency_key_is_per_team(store):
     assert not created and again.id == first.id
     other, created = store.create(record(team="team-b", key="k1"))
     assert created and other.id != first.id
+    assert store.by_key("team-a", "k1").id == first.id and store.by_key("team-a", "k2") is None
 
 
 def test_concurrent_creates_with_one_key_make_one_job(store):
@@ -104,6 +105,14 @@ def test_events_are_gapless_and_replayable(store):
         store.append_event("nope", "progress", {})
 
 
+def test_reports_are_stored_once(store):
+    job, _ = store.create(record())
+    assert store.append_report(job.id, 1, "progress", {"step": 1}).seq == 2
+    assert store.append_report(job.id, 1, "progress", {"step": 1}) is None  # a retry
+    assert store.append_report(job.id, 2, "progress", {"step": 2}).seq == 3
+    assert [e.data.get("step") for e in store.events(job.id)] == [None, 1, 2]
+
+
 def test_list_filters_and_pages_newest_first(store):
     jobs = [store.create(record(at=1000.0 + i))[0] for i in range(7)]
     store.create(record(team="team-b"))
@@ -114,6 +123,8 @@ def test_list_filters_and_pages_newest_first(store):
     assert [j.id for j in page1 + page2 + page3] == [j.id for j in reversed(jobs)]
     assert [j.id for j in store.list("team-a", states=[JobState.CANCELLED])] == [jobs[0].id]
     assert store.count_active("team-a") == 6
+    assert [j.id for j in store.ended_since(time.time() - 60)] == [jobs[0].id]
+    assert store.ended_since(time.time() + 60) == []
 
 
 def test_update_and_summary_round_trip(store):

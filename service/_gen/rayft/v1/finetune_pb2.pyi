@@ -306,15 +306,19 @@ class Summary(_message.Message):
     def __init__(self, json: _Optional[str] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
-    __slots__ = ("job_id", "event")
+    __slots__ = ("job_id", "report_seq", "event")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORT_SEQ_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
+    report_seq: int
     event: JobEvent
-    def __init__(self, job_id: _Optional[str] = ..., event: _Optional[_Union[JobEvent, _Mapping]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., report_seq: _Optional[int] = ..., event: _Optional[_Union[JobEvent, _Mapping]] = ...) -> None: ...
 
 class ReportResponse(_message.Message):
-    __slots__ = ("accepted",)
-    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
-    accepted: int
-    def __init__(self, accepted: _Optional[int] = ...) -> None: ...
+    __slots__ = ("stored", "job_ended")
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    JOB_ENDED_FIELD_NUMBER: _ClassVar[int]
+    stored: bool
+    job_ended: bool
+    def __init__(self, stored: _Optional[bool] = ..., job_ended: _Optional[bool] = ...) -> None: ...

@@ -290,7 +290,7 @@ class JobReportingStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Report = channel.stream_unary(
+        self.Report = channel.unary_unary(
                 '/rayft.v1.JobReporting/Report',
                 request_serializer=rayft_dot_v1_dot_finetune__pb2.ReportRequest.SerializeToString,
                 response_deserializer=rayft_dot_v1_dot_finetune__pb2.ReportResponse.FromString,
@@ -302,9 +302,11 @@ class JobReportingServicer:
 
     """
 
-    def Report(self, request_iterator, context):
-        """Appends the running job's events to its log (client-streaming). Metadata: `authorization:
-        Bearer <job token>`, a token minted for this job alone at launch. Errors: UNAUTHENTICATED.
+    def Report(self, request, context):
+        """Appends one event of the running job to its log (unary). Metadata: `authorization: Bearer
+        <job token>`, minted for this job alone at launch. The job numbers its reports 1, 2, 3, ...:
+        a retried report (same report_seq) is acknowledged and not stored twice.
+        Errors: UNAUTHENTICATED, INVALID_ARGUMENT (an event kind a job cannot report).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -313,7 +315,7 @@ class JobReportingServicer:
 
 def add_JobReportingServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Report': grpc.stream_unary_rpc_method_handler(
+            'Report': grpc.unary_unary_rpc_method_handler(
                     servicer.Report,
                     request_deserializer=rayft_dot_v1_dot_finetune__pb2.ReportRequest.FromString,
                     response_serializer=rayft_dot_v1_dot_finetune__pb2.ReportResponse.SerializeToString,
@@ -332,7 +334,7 @@ class JobReporting:
     """
 
     @staticmethod
-    def Report(request_iterator,
+    def Report(request,
             target,
             options=(),
             channel_credentials=None,
@@ -342,8 +344,8 @@ class JobReporting:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_unary(
-            request_iterator,
+        return grpc.experimental.unary_unary(
+            request,
             target,
             '/rayft.v1.JobReporting/Report',
             rayft_dot_v1_dot_finetune__pb2.ReportRequest.SerializeToString,

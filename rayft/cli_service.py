@@ -1,0 +1,188 @@
+"""``rayft`` commands that talk to (or are) the rayft service.
+
+    rayft serve [--host H] [--port P] [--ray-address URL] [--no-auth]   # RAYFT_* env vars work too
+    rayft token create --team NAME                                       # prints a new API token once
+    rayft submit SPEC.yaml [--watch] [--idempotency-key K]
+    rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] | rayft cancel JOB
+
+Clients read ``RAYFT_ADDRESS`` (default 127.0.0.1:50051) and ``RAYFT_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ray_jobs.spec import SpecError
+
+
+def add_commands(sub: Any, add_overrides: Any) -> None:
+    p = sub.add_parser("serve", help="run the rayft gRPC service (embedded local Ray unless --ray-address)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--data-dir", help="where jobs.db lives (default .rayft/service)")
+    p.add_argument("--ray-address", help="Ray Jobs API, e.g. http://head:8265 (default: start a local cluster)")
+    p.add_argument("--no-auth", action="store_true", help="no API tokens (loopback only)")
+    p.set_defaults(command=cmd_serve)
+
+    p = sub.add_parser("token", help="manage team API tokens")
+    p.add_argument("action", choices=["create"])
+    p.add_argument("--team", required=True)
+    p.add_argument("--data-dir")
+    p.set_defaults(command=cmd_token)
+
+    p = sub.add_parser("submit", help="submit a job to the service")
+    p.add_argument("spec")
+    add_overrides(p)
+    p.add_argument("--idempotency-key", default="", help="retries with the same key return the same job")
+    p.add_argument("--watch", action="store_true", help="follow the job to its end")
+    p.set_defaults(command=cmd_submit)
+
+    p = sub.add_parser("watch", help="follow a job's events until it ends")
+    p.add_argument("job_id")
+    p.add_argument("--after-seq", type=int, default=0)
+    p.set_defaults(command=cmd_watch)
+
+    for name, fn, text in (("get", cmd_get, "show one job"), ("cancel", cmd_cancel, "cancel a job")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("job_id")
+        p.set_defaults(command=fn)
+
+    p = sub.add_parser("list", help="list the team's jobs")
+    p.add_argument(
+        "--state", action="append", default=[], choices=["QUEUED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
+    )
+    p.set_defaults(command=cmd_list)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from service.server import serve
+    from service.settings import ServiceSettings
+    from service.store_sqlite import SqliteJobStore
+
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        settings = ServiceSettings.from_env(
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            ray_address=args.ray_address,
+            auth=False if args.no_auth else None,
+        )
+    except ValueError as exc:
+        raise SpecError("serve", str(exc)) from None
+    asyncio.run(serve(settings, SqliteJobStore(settings.data_dir / "jobs.db")))
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from service import auth
+    from service.settings import ServiceSettings
+    from service.store_sqlite import SqliteJobStore
+
+    settings = ServiceSettings.from_env(data_dir=args.data_dir)
+    token = auth.new_token()
+    store = SqliteJobStore(settings.data_dir / "jobs.db")
+    store.add_token(args.team, auth.hash_token(token))
+    store.close()
+    print(token)
+    print(f"(team {args.team}; shown once, stored hashed; send it as RAYFT_TOKEN)", file=sys.stderr)
+    return 0
+
+
+def _client():  # noqa: ANN202
+    from rayft.client import Client
+
+    return Client()
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from ray_jobs.preflight import absolute_paths
+    from rayft.cli import load_spec
+
+    spec = absolute_paths(load_spec(args.spec, args.set))  # local paths work when the cluster shares this disk
+    job = _rpc(lambda: _client().submit(spec, args.idempotency_key))
+    print(f"{job.id} {_state(job)}")
+    return watch(job.id, 0) if args.watch else 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    return watch(args.job_id, args.after_seq)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    from google.protobuf.json_format import MessageToDict
+
+    print(json.dumps(MessageToDict(_rpc(lambda: _client().get(args.job_id)), preserving_proto_field_name=True), indent=2))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job = _rpc(lambda: _client().cancel(args.job_id))
+    print(f"{job.id} {_state(job)}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("job", "name", "state", "updated", "message")
+    import datetime
+
+    for job in _rpc(lambda: list(_client().list(args.state))):
+        updated = datetime.datetime.fromtimestamp(job.updated_at).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(job.id, job.spec.name, _state(job), updated, job.message)
+    Console().print(table)
+    return 0
+
+
+def watch(job_id: str, after_seq: int) -> int:
+    """Follow a job with the progress bar; print its summary; exit 0 only if it succeeded."""
+    import grpc
+
+    from ray_jobs.events import Event
+    from rayft.progress import ProgressView
+    from service.convert import message_to_dict, state_from_proto
+
+    client = _client()
+    job = _rpc(lambda: client.get(job_id))
+    summary, state = None, _state(job)
+    with ProgressView(job.spec.name, job.spec.train.max_steps or None) as view:
+        try:
+            for message in client.watch(job_id, after_seq):
+                kind = message.WhichOneof("payload")
+                if kind == "state":
+                    state = state_from_proto(message.state.state).value
+                    view(Event("state", {"state": state, "message": message.state.message}))
+                elif kind == "summary":
+                    summary = json.loads(message.summary.json)
+                elif kind:
+                    view(Event(kind, message_to_dict(getattr(message, kind))))
+        except grpc.RpcError as exc:
+            raise SpecError(exc.code().name, exc.details() or "") from None
+    if summary:
+        view.print_summary(summary)
+    print(f"{job_id} {state}" + (f": {client.get(job_id).message}" if state != "SUCCEEDED" else ""))
+    return 0 if state == "SUCCEEDED" else 1
+
+
+def _state(job: Any) -> str:
+    from service.convert import state_from_proto
+
+    return state_from_proto(job.state).value
+
+
+def _rpc(call: Any) -> Any:
+    """Run a client call; turn a gRPC error into the CLI's one-line error."""
+    import grpc
+
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        raise SpecError(exc.code().name, exc.details() or "") from None

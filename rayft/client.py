@@ -1,0 +1,69 @@
+"""A small Python client for the rayft service, with the CLI's verbs.
+
+from rayft.client import Client
+client = Client("127.0.0.1:50051", token="rft_...")          # or RAYFT_ADDRESS / RAYFT_TOKEN
+job = client.submit(FineTuneSpec.load("job.yaml"), idempotency_key="nightly-2026-11-30")
+for event in client.watch(job.id):
+    print(event)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+import grpc
+
+from ray_jobs.spec import FineTuneSpec
+from service._gen.rayft.v1 import finetune_pb2 as pb
+from service._gen.rayft.v1 import finetune_pb2_grpc as pb_grpc
+from service.convert import spec_to_proto
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+
+class Client:
+    def __init__(self, address: str | None = None, token: str | None = None):
+        self.address = address or os.environ.get("RAYFT_ADDRESS", DEFAULT_ADDRESS)
+        token = token or os.environ.get("RAYFT_TOKEN")
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+        self._channel = grpc.insecure_channel(self.address)
+        self._stub = pb_grpc.FineTuningStub(self._channel)
+
+    def submit(self, spec: FineTuneSpec, idempotency_key: str = "") -> pb.Job:
+        request = pb.CreateJobRequest(spec=spec_to_proto(spec), idempotency_key=idempotency_key)
+        return self._stub.CreateJob(request, metadata=self._metadata, timeout=30)
+
+    def get(self, job_id: str) -> pb.Job:
+        return self._stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
+
+    def list(self, states: Sequence[str] = (), page_size: int = 50) -> Iterator[pb.Job]:
+        """Every job of the team, newest first, following pages."""
+        token = ""
+        while True:
+            request = pb.ListJobsRequest(states=[pb.JobState.Value(s) for s in states], page_size=page_size, page_token=token)
+            response = self._stub.ListJobs(request, metadata=self._metadata, timeout=30)
+            yield from response.jobs
+            if not (token := response.next_page_token):
+                return
+
+    def cancel(self, job_id: str) -> pb.Job:
+        return self._stub.CancelJob(pb.CancelJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
+
+    def watch(self, job_id: str, after_seq: int = 0) -> Iterator[pb.JobEvent]:
+        """The job's events from ``after_seq`` on, until it ends; resumes after a dropped connection."""
+        while True:
+            try:
+                for event in self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id, after_seq=after_seq), metadata=self._metadata):
+                    after_seq = event.seq
+                    yield event
+                return
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                import time
+
+                time.sleep(1.0)  # the service is restarting: reconnect from the last seq seen
+
+    def close(self) -> None:
+        self._channel.close()

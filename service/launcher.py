@@ -1,0 +1,97 @@
+"""Launching jobs on Ray through the Ray Jobs API (``JobSubmissionClient``).
+
+The rayft job id is the Ray submission id, and the team and job name go in its metadata, so the Ray
+dashboard lists every job with its owner. The entrypoint is ``python -m ray_jobs.submitted``; the spec,
+the job id, the service's report address and the job's own report token travel as environment
+variables of the job's runtime environment.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Protocol
+
+from service.store import JobRecord
+
+
+class RayUnavailable(ConnectionError):
+    """The Ray cluster's Jobs API cannot be reached."""
+
+
+class Launcher(Protocol):
+    address: str
+    """Where Ray's Jobs API is (for messages)."""
+
+    def submit(self, job: JobRecord, report_address: str, report_token: str) -> str:
+        """Start the job; return its Ray submission id. Raises ``RayUnavailable``."""
+
+    def status(self, submission_id: str) -> tuple[str, str] | None:
+        """``(Ray job status, message)`` or ``None`` when Ray has no such job."""
+
+    def stop(self, submission_id: str) -> None: ...
+
+    def ping(self) -> None:
+        """Raise ``RayUnavailable`` unless the Jobs API answers."""
+
+
+class RayJobLauncher:
+    def __init__(self, address: str, python: str):
+        self.address, self.python = address, python
+        self._client = None
+
+    def _jobs(self):  # noqa: ANN202 - ray.job_submission.JobSubmissionClient, imported lazily
+        if self._client is None:
+            from ray.job_submission import JobSubmissionClient
+
+            try:
+                self._client = JobSubmissionClient(self.address)
+            except (ConnectionError, RuntimeError) as exc:
+                raise RayUnavailable(f"Ray Jobs API at {self.address} is unreachable: {exc}") from exc
+        return self._client
+
+    def submit(self, job: JobRecord, report_address: str, report_token: str) -> str:
+        env = {
+            "RAYFT_JOB_ID": job.id,
+            "RAYFT_SPEC": json.dumps(job.spec),
+            "RAYFT_REPORT_ADDRESS": report_address,
+            "RAYFT_REPORT_TOKEN": report_token,
+        }
+        try:
+            return self._jobs().submit_job(
+                entrypoint=f"{self.python} -m ray_jobs.submitted",
+                submission_id=job.id,
+                runtime_env={"env_vars": env},
+                metadata={"rayft_team": job.team, "rayft_job": job.spec.get("name", "")},
+            )
+        except RuntimeError as exc:
+            if "already exists" in str(exc):  # a launch retried after the service restarted
+                return job.id
+            raise RayUnavailable(str(exc)) from exc
+        except ConnectionError as exc:
+            self._client = None
+            raise RayUnavailable(str(exc)) from exc
+
+    def status(self, submission_id: str) -> tuple[str, str] | None:
+        try:
+            info = self._jobs().get_job_info(submission_id)
+        except RuntimeError as exc:
+            if "does not exist" in str(exc) or "404" in str(exc):
+                return None
+            raise RayUnavailable(str(exc)) from exc
+        except ConnectionError as exc:
+            self._client = None
+            raise RayUnavailable(str(exc)) from exc
+        return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or ""
+
+    def stop(self, submission_id: str) -> None:
+        try:
+            self._jobs().stop_job(submission_id)
+        except (RuntimeError, ConnectionError) as exc:
+            raise RayUnavailable(str(exc)) from exc
+
+    def ping(self) -> None:
+        try:
+            self._jobs().get_version()
+        except (RuntimeError, ConnectionError) as exc:
+            self._client = None
+            raise RayUnavailable(str(exc)) from exc

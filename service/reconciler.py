@@ -1,0 +1,130 @@
+"""Keeps the store in step with Ray: launches queued jobs, and follows launched ones to their end.
+
+It runs every ``reconcile_interval_s`` and after every CreateJob, also right after the service
+starts, so jobs that ran (or ended) while the service was down are picked up where they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from service import auth
+from service.launcher import Launcher, RayUnavailable
+from service.progress import JobEvents
+from service.states import JobState, TransitionError
+from service.store import JobRecord
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    SWEEP_ENDED_S = 600.0
+    """Jobs that ended this recently are checked for Ray jobs left running (see ``_ensure_stopped``)."""
+
+    def __init__(
+        self, events: JobEvents, launcher: Launcher, report_address: str, interval_s: float, launch_paused: bool = False
+    ):
+        self.events, self.store = events, events.store
+        self.launch_paused = launch_paused
+        self.launcher, self.report_address, self.interval_s = launcher, report_address, interval_s
+        self.ray_reachable = True
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._stopping = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run_forever(self) -> None:
+        while not self._stopping:
+            try:
+                await self.once()
+            except Exception:  # a bug here must not stop the loop that launches every job
+                log.exception("reconcile pass failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def shutdown(self) -> None:
+        """Let the pass in flight finish (a launch must not be cut between submit and record), then one
+        last pass so jobs cancelled meanwhile are stopped in Ray."""
+        self._stopping = True
+        self.wake()
+        await self.once()
+
+    async def once(self) -> None:
+        async with self._lock:
+            try:
+                if not self.launch_paused:  # paused (Ray maintenance): accept and queue without complaint
+                    await asyncio.to_thread(self.launcher.ping)
+            except RayUnavailable as exc:
+                if self.ray_reachable:
+                    log.warning("Ray unreachable: %s", exc)
+                self.ray_reachable = False
+                return
+            reachable = True
+            for job in self.store.ended_since(time.time() - self.SWEEP_ENDED_S):
+                try:
+                    await self._ensure_stopped(job)
+                except RayUnavailable:
+                    reachable = False
+                    break
+            for job in self.store.active():
+                try:
+                    if job.state is JobState.QUEUED:
+                        if not self.launch_paused:
+                            await self._launch(job)
+                    else:
+                        await self._sync(job)
+                except RayUnavailable as exc:
+                    reachable = False
+                    log.warning("Ray unreachable; job %s stays %s: %s", job.id, job.state.value, exc)
+                    break
+            self.ray_reachable = reachable
+
+    async def _ensure_stopped(self, job: JobRecord) -> None:
+        """A job cancelled while its launch was in flight (or while the service was down) may still run
+        in Ray: stop it. The submission id is the job id, so this needs no stored state."""
+        if job.state is not JobState.CANCELLED:
+            return
+        found = await asyncio.to_thread(self.launcher.status, job.id)
+        if found is not None and found[0] in ("PENDING", "RUNNING"):
+            log.info("stopping Ray job %s of cancelled job", job.id)
+            await asyncio.to_thread(self.launcher.stop, job.id)
+
+    async def _launch(self, job: JobRecord) -> None:
+        token = auth.new_token()
+        self.store.update(job.id, report_token_hash=auth.hash_token(token))
+        submission_id = await asyncio.to_thread(self.launcher.submit, job, self.report_address, token)
+        self.store.update(job.id, ray_submission_id=submission_id)
+        try:
+            await self.events.transition(job.id, JobState.STARTING, f"submitted to Ray as {submission_id}")
+        except TransitionError:  # cancelled while the submission was in flight
+            await asyncio.to_thread(self.launcher.stop, submission_id)
+
+    async def _sync(self, job: JobRecord) -> None:
+        found = await asyncio.to_thread(self.launcher.status, job.ray_submission_id)
+        if found is None:
+            await self._end(job, JobState.FAILED, "Ray has no record of this job (was the cluster replaced?)")
+            return
+        status, message = found
+        if status == "SUCCEEDED":
+            await self._end(job, JobState.SUCCEEDED, "")
+        elif status == "FAILED":
+            await self._end(job, JobState.FAILED, self._failure_reason(job) or message or "the Ray job failed")
+        elif status == "STOPPED":
+            await self._end(job, JobState.CANCELLED, "stopped in Ray")
+
+    async def _end(self, job: JobRecord, state: JobState, message: str) -> None:
+        try:
+            await self.events.transition(job.id, state, message)
+        except TransitionError:
+            pass  # it ended another way meanwhile (e.g. cancelled)
+
+    def _failure_reason(self, job: JobRecord) -> str:
+        failures = [e for e in self.store.events(job.id, max(0, job.last_seq - 50)) if e.kind == "failure"]
+        return "; ".join(failures[-1].data["errors"].values()) if failures else ""

@@ -1,0 +1,246 @@
+"""The gRPC front end: ``rayft.v1.FineTuning`` for teams, ``rayft.v1.JobReporting`` for running jobs.
+
+Thin servicers: authenticate, validate (``INVALID_ARGUMENT`` naming the field), then the store, the
+event stream and the reconciler do the work. ``serve()`` wires in standard health checking, server
+reflection, keepalive for long streams and graceful shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ray_jobs.spec import SpecError
+from service import auth, convert
+from service._gen.rayft.v1 import finetune_pb2 as pb
+from service._gen.rayft.v1 import finetune_pb2_grpc as pb_grpc
+from service.progress import JobEvents
+from service.reconciler import Reconciler
+from service.settings import ServiceSettings
+from service.states import JobState, TransitionError
+from service.store import JobRecord, JobStore
+
+log = logging.getLogger(__name__)
+DEFAULT_TEAM = "default"
+"""The team of every call when auth is off (loopback only)."""
+KEEPALIVE = [
+    ("grpc.keepalive_time_ms", 30_000),  # ping idle streams every 30 s so proxies keep them open
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+class FineTuningServicer(pb_grpc.FineTuningServicer):
+    def __init__(self, store: JobStore, events: JobEvents, reconciler: Reconciler, settings: ServiceSettings):
+        self.store, self.events, self.reconciler, self.settings = store, events, reconciler, settings
+
+    async def _team(self, context: grpc.aio.ServicerContext) -> str:
+        token = auth.bearer(context.invocation_metadata())
+        if not self.settings.auth:
+            return DEFAULT_TEAM
+        team = self.store.team_for_token(auth.hash_token(token)) if token else None
+        if team is None:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing or unknown API token: send `authorization: Bearer <token>` (rayft token create --team NAME)",
+            )
+        return team
+
+    async def _job(self, job_id: str, team: str, context: grpc.aio.ServicerContext) -> JobRecord:
+        job = self.store.get(job_id) if job_id else None
+        if job is None or job.team != team:  # another team's job does not exist, as far as you know
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
+        return job
+
+    async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        team = await self._team(context)
+        try:
+            spec = convert.spec_from_proto(request.spec)
+        except SpecError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec.{exc}")
+        body = spec.to_dict()
+        request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        existing = self.store.by_key(team, request.idempotency_key) if request.idempotency_key else None
+        if existing is None and self.store.count_active(team) >= self.settings.max_active_jobs_per_team:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"team {team!r} has {self.settings.max_active_jobs_per_team} active jobs, its limit: wait for one to end or cancel one",
+            )
+        now = time.time()
+        record = JobRecord(
+            id=f"ft-{uuid.uuid4().hex[:16]}",
+            team=team,
+            state=JobState.QUEUED,
+            spec=body,
+            created_at=now,
+            updated_at=now,
+            idempotency_key=request.idempotency_key,
+            request_hash=request_hash,
+        )
+        job, created = self.store.create(record)
+        if not created and job.request_hash != request_hash:
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"idempotency_key {request.idempotency_key!r} was used for job {job.id} with another spec",
+            )
+        if created:
+            await self.events.append(job.id, "phase", {"phase": "queued"})
+            self.reconciler.wake()
+        if not self.reconciler.ray_reachable:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"Ray at {self.reconciler.launcher.address} is unreachable; job {job.id} is stored "
+                "and QUEUED, and starts when Ray is back (retry with the same idempotency_key to get it)",
+            )
+        return convert.job_to_proto(self.store.get(job.id))
+
+    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        return convert.job_to_proto(await self._job(request.job_id, await self._team(context), context))
+
+    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
+        team = await self._team(context)
+        size = request.page_size or 50
+        if not 0 < size <= 500:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size: must be between 1 and 500")
+        states = [convert.state_from_proto(s) for s in request.states if s != pb.JOB_STATE_UNSPECIFIED]
+        jobs = self.store.list(team, states, limit=size + 1, after=request.page_token)
+        page = jobs[:size]
+        return pb.ListJobsResponse(
+            jobs=[convert.job_to_proto(j) for j in page], next_page_token=page[-1].id if len(jobs) > size else ""
+        )
+
+    async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        job = await self._job(request.job_id, await self._team(context), context)
+        try:
+            job = await self.events.transition(job.id, JobState.CANCELLED, "cancelled on request")
+        except TransitionError:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"job {job.id} already ended ({job.state.value}); nothing to cancel"
+            )
+        try:  # the submission id is the job id, also while the launch is still in flight
+            await asyncio.to_thread(self.reconciler.launcher.stop, job.ray_submission_id or job.id)
+        except ConnectionError as exc:  # not submitted yet, or Ray unreachable: the reconciler's sweep stops it
+            log.info("Ray job %s not stopped now: %s", job.id, exc)
+        return convert.job_to_proto(job)
+
+    async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
+        job = await self._job(request.job_id, await self._team(context), context)
+        async for event in self.events.follow(job.id, request.after_seq):
+            yield convert.event_to_proto(event)
+
+
+class JobReportingServicer(pb_grpc.JobReportingServicer):
+    """The narrow path from a running job back into its event log, authenticated per job."""
+
+    def __init__(self, store: JobStore, events: JobEvents):
+        self.store, self.events = store, events
+
+    async def Report(self, request: pb.ReportRequest, context: grpc.aio.ServicerContext) -> pb.ReportResponse:
+        token = auth.bearer(context.invocation_metadata())
+        job = self.store.get(request.job_id)
+        if job is None or not token or not job.report_token_hash or auth.hash_token(token) != job.report_token_hash:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "this token may not report for this job")
+        if job.state.is_terminal:  # e.g. cancelled while Ray's stop missed the driver: tell it to exit
+            return pb.ReportResponse(stored=False, job_ended=True)
+        try:
+            kind, data = convert.event_from_proto(request.event)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"event: {exc}")
+        if job.state is JobState.STARTING:
+            await self.events.transition(job.id, JobState.RUNNING, "the job is reporting")
+        if kind == "summary":
+            self.store.update(job.id, summary=data)
+        stored = await self.events.append_report(job.id, request.report_seq, kind, data)
+        return pb.ReportResponse(stored=stored is not None)
+
+
+class Service:
+    """A running server and what it owns; ``await service.stop()`` shuts it down gracefully."""
+
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        port: int,
+        health_servicer: Any,
+        reconciler: Reconciler,
+        task: asyncio.Task,
+        owned_ray: bool,
+    ):
+        self.server, self.port, self.health, self.owned_ray = server, port, health_servicer, owned_ray
+        self.reconciler, self.task = reconciler, task
+
+    async def stop(self, grace: float) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)  # no new calls; in-flight ones get `grace` seconds
+        try:
+            await asyncio.wait_for(self.reconciler.shutdown(), timeout=grace)
+        except TimeoutError:
+            log.warning("reconciler did not finish within %.0f s; the next start picks up from the store", grace)
+        await asyncio.wait_for(self.task, timeout=grace)
+        if self.owned_ray:
+            import ray
+
+            ray.shutdown()
+
+
+async def start(settings: ServiceSettings, store: JobStore) -> Service:
+    from service.launcher import RayJobLauncher
+
+    owned_ray = settings.ray_address is None
+    ray_address = settings.ray_address or start_local_ray()
+    server = grpc.aio.server(options=KEEPALIVE)
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    report_address = settings.report_address or f"{'127.0.0.1' if settings.host in ('0.0.0.0', '::') else settings.host}:{port}"
+    events = JobEvents(store)
+    launcher = RayJobLauncher(ray_address, settings.job_python)
+    reconciler = Reconciler(events, launcher, report_address, settings.reconcile_interval_s, settings.launch_paused)
+    pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings), server)
+    pb_grpc.add_JobReportingServicer_to_server(JobReportingServicer(store, events), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [pb.DESCRIPTOR.services_by_name[n].full_name for n in ("FineTuning", "JobReporting")]
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    await server.start()
+    for name in ["", *names]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    task = asyncio.create_task(reconciler.run_forever(), name="reconciler")
+    log.info("rayft service on %s:%d (Ray %s, auth %s)", settings.host, port, ray_address, "on" if settings.auth else "off")
+    return Service(server, port, health_servicer, reconciler, task, owned_ray)
+
+
+def start_local_ray() -> str:
+    """The embedded default: a local Ray cluster owned by this process; returns its Jobs API address."""
+    import os
+
+    from ray_jobs.local_ray import start_local_cluster
+
+    info = start_local_cluster(num_cpus=(os.cpu_count() or 2) + 2, dashboard=True)
+    return f"http://{info['dashboard_url']}"
+
+
+async def serve(settings: ServiceSettings, store: JobStore, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM, then stop gracefully (health NOT_SERVING, in-flight calls finish)."""
+    service = await start(settings, store)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    print(f"rayft service listening on {settings.host}:{service.port}", flush=True)
+    await stop.wait()
+    await service.stop(settings.grace_s)
+    store.close()

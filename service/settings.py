@@ -1,0 +1,71 @@
+"""Service settings, from flags or ``RAYFT_*`` environment variables (flags win)."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSettings:
+    host: str = "127.0.0.1"
+    """Listen address (``RAYFT_HOST``). Anything but loopback requires auth."""
+    port: int = 50051
+    """Listen port (``RAYFT_PORT``); 0 picks a free one."""
+    data_dir: Path = Path(".rayft/service")
+    """Holds ``jobs.db`` (SQLite) (``RAYFT_DATA_DIR``)."""
+    ray_address: str | None = None
+    """Ray dashboard/Jobs API address, e.g. ``http://raycluster-head-svc:8265`` (``RAYFT_RAY_ADDRESS``).
+    Unset: the service starts and owns a local Ray cluster (the embedded default)."""
+    auth: bool = True
+    """Require team API tokens (``RAYFT_AUTH=0`` turns it off; only allowed on loopback)."""
+    max_active_jobs_per_team: int = 4
+    """Queued + running jobs a team may hold (``RAYFT_MAX_ACTIVE_JOBS``)."""
+    report_address: str = ""
+    """Where running jobs reach this service to report (``RAYFT_REPORT_ADDRESS``); default host:port."""
+    job_python: str = sys.executable
+    """Python the Ray job's entrypoint runs with (``RAYFT_JOB_PYTHON``; ``python`` in containers)."""
+    launch_paused: bool = False
+    """Accept and queue jobs but launch none (``RAYFT_LAUNCH_PAUSED=1``), e.g. while the Ray cluster is
+    being upgraded; running jobs are still followed. Unpause by restarting without it."""
+    reconcile_interval_s: float = 2.0
+    """How often queued jobs are launched and running ones checked against Ray."""
+    grace_s: float = 10.0
+    """Seconds in-flight calls get on shutdown."""
+
+    def __post_init__(self) -> None:
+        if not self.auth and not is_loopback(self.host):
+            raise ValueError(
+                f"auth can be off only on a loopback address, not {self.host!r}: create tokens with `rayft token create`"
+            )
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> ServiceSettings:
+        env = os.environ
+        values: dict[str, object] = {
+            "host": env.get("RAYFT_HOST", cls.host),
+            "port": int(env.get("RAYFT_PORT", cls.port)),
+            "data_dir": Path(env.get("RAYFT_DATA_DIR", str(cls.data_dir))),
+            "ray_address": env.get("RAYFT_RAY_ADDRESS") or None,
+            "auth": env.get("RAYFT_AUTH", "1") not in ("0", "false", "no"),
+            "max_active_jobs_per_team": int(env.get("RAYFT_MAX_ACTIVE_JOBS", cls.max_active_jobs_per_team)),
+            "report_address": env.get("RAYFT_REPORT_ADDRESS", ""),
+            "job_python": env.get("RAYFT_JOB_PYTHON", sys.executable),
+            "launch_paused": env.get("RAYFT_LAUNCH_PAUSED", "0") not in ("0", "false", "no", ""),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        values["data_dir"] = Path(values["data_dir"])  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
