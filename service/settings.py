@@ -66,6 +66,10 @@ def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
         return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
     except (OSError, ValueError):
         return False

@@ -301,6 +301,36 @@ def test_generated_invalid_specs_get_invalid_argument_never_internal(paused_serv
     assert list(client.list()) == []  # nothing was stored
 
 
+def test_team_quota_and_a_job_that_cannot_read_its_data(server, tokens, tiny_spec, tmp_path):
+    client = Client(server.address, tokens["team-a"])
+    bad = tiny_job(tiny_spec, "svc-no-data")
+    bad = bad.replace(data=dataclasses.replace(bad.data, path=str(tmp_path / "missing.jsonl")))
+    job = client.submit(bad)
+    events = list(client.watch(job.id))
+    assert states(events)[-1] == "FAILED"
+    reason = client.get(job.id).message
+    assert "data.path" in reason and "missing.jsonl" in reason  # the job's own preflight error, verbatim
+    failure = [e.failure for e in events if e.WhichOneof("payload") == "failure"]
+    assert "does not exist" in failure[-1].errors["job"]
+
+
+def test_per_team_limit_on_active_jobs(tmp_path, tokens, tiny_spec):
+    srv = Server(tmp_path / "service", "http://127.0.0.1:9", RAYFT_LAUNCH_PAUSED="1", RAYFT_MAX_ACTIVE_JOBS="2").start()
+    try:
+        a, b = Client(srv.address, tokens["team-a"]), Client(srv.address, tokens["team-b"])
+        first = a.submit(tiny_job(tiny_spec, "q1"))
+        a.submit(tiny_job(tiny_spec, "q2"), idempotency_key="q2")
+        with pytest.raises(grpc.RpcError) as info:
+            a.submit(tiny_job(tiny_spec, "q3"))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert a.submit(tiny_job(tiny_spec, "q2"), idempotency_key="q2").spec.name == "q2"  # a retry is not a new job
+        b.submit(tiny_job(tiny_spec, "other-team"))  # the limit is per team
+        a.cancel(first.id)
+        a.submit(tiny_job(tiny_spec, "q3"))  # room again
+    finally:
+        srv.stop()
+
+
 def test_ray_unreachable_gives_unavailable_and_keeps_the_job_queued(tmp_path, tokens, tiny_spec):
     # Port 9 (discard) on loopback: nothing listens, so every Jobs API call fails to connect.
     srv = Server(tmp_path / "service", "http://127.0.0.1:9").start()

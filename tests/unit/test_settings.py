@@ -1,0 +1,34 @@
+"""Service settings: auth can be off only on loopback; env and flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.auth import bearer, hash_token, new_token
+from service.settings import ServiceSettings
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+def test_auth_off_on_loopback(host):
+    assert ServiceSettings(host=host, auth=False).auth is False
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3"])
+def test_auth_off_elsewhere_is_refused(host):
+    with pytest.raises(ValueError, match="loopback"):
+        ServiceSettings(host=host, auth=False)
+
+
+def test_from_env_and_flags(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAYFT_PORT", "6000")
+    monkeypatch.setenv("RAYFT_AUTH", "0")
+    monkeypatch.setenv("RAYFT_DATA_DIR", str(tmp_path))
+    settings = ServiceSettings.from_env(port=7000)
+    assert (settings.port, settings.auth, settings.data_dir) == (7000, False, tmp_path)
+
+
+def test_tokens_hash_and_bearer_parsing():
+    token = new_token()
+    assert token.startswith("rft_") and hash_token(token) != token and len(hash_token(token)) == 64
+    assert bearer([("authorization", f"Bearer {token}")]) == token
+    assert bearer([("authorization", "Basic abc")]) is None and bearer([]) is None
