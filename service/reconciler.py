@@ -35,7 +35,9 @@ class Reconciler:
         self._stopping = False
 
     def wake(self) -> None:
-        self._wake.set()
+        """Run a pass now (a job was queued); pointless while launches are paused."""
+        if not self.launch_paused:
+            self._wake.set()
 
     async def run_forever(self) -> None:
         while not self._stopping:
