@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test test-unit test-integration test-gpu lint format proto lock clean
+.PHONY: install demo test test-unit test-integration test-gpu lint format proto bench lock clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ format: install
 
 proto: install            ## regenerate service/_gen from proto/ (a test fails if it is stale)
 	$(PY) proto/generate.py
+
+bench: install            ## CPU benchmarks here (service latency and streams); GPU ones: bench/qlora_7b.sh on the device
+	$(PY) bench/service_bench.py
 
 lock: install             ## re-pin constraints.txt from the current venv
 	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^rayft'; } > constraints.new && mv constraints.new constraints.txt
