@@ -20,12 +20,12 @@ python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tee "$OUT/build.log"
 [ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows 20000
 
 name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$PRESET")
-start=$(date +%s.%N)
+SECONDS=0
 python3 -m rayft train "$PRESET" --overwrite \
   --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
   --set train.max_steps="$STEPS" --set train.log_every=5 --set train.eval_every=null \
   --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" 2>&1 | tee "$OUT/train.log"
-echo "rayft train wall: $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a "$OUT/train.log"
+echo "rayft train wall: ${SECONDS} s" | tee -a "$OUT/train.log"
 cp "/tmp/runs/$name/summary.json" "/tmp/runs/$name/metrics.jsonl" "$OUT/"
 python3 - "$OUT/metrics.jsonl" <<'PY'
 import json, sys
