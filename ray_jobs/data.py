@@ -1,6 +1,6 @@
 """The Ray Data pipeline: read rows, template + tokenize + pack on CPU actors, stream to trainers.
 
-    read (JSONL/JSON/Parquet)  ->  TokenizeAndPack (actor pool, CPU)  ->  Ray Train shards
+    read (ray_jobs.sources)  ->  TokenizeAndPack (actor pool, CPU)  ->  Ray Train shards
 
 The tokenizer lives in a callable class, so each actor loads it once and keeps it; the actors run
 ahead of training as Ray Data streams, and each trainer prefetches ``data.prefetch_batches``
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ray_jobs.formats import detect_format, to_text, to_turns
 from ray_jobs.packing import pack
+from ray_jobs.sources import data_files, peek_columns, read_rows
 from ray_jobs.spec import DataSpec, SpecError
 
 if TYPE_CHECKING:
@@ -24,44 +24,6 @@ if TYPE_CHECKING:
     import ray.data
 
 Split = Literal["train", "eval"]
-READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-"""File suffix -> Ray Data reader; a new source or file type plugs in here."""
-
-
-def data_files(path: str) -> list[str]:
-    """The files a ``data.path`` names (a file, or a directory of readable files)."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        files = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix in READERS)
-        if not files:
-            raise SpecError("data.path", f"directory {path!r} holds no {', '.join(READERS)} files")
-        return files
-    if not p.is_file():
-        raise SpecError("data.path", f"dataset file {path!r} does not exist; check the path")
-    if p.suffix not in READERS:
-        raise SpecError("data.path", f"{path!r}: unsupported file type {p.suffix!r}; use {', '.join(READERS)}")
-    return [str(p)]
-
-
-def peek_columns(files: list[str]) -> list[str]:
-    """Column names of the first row, read without Ray (for early errors)."""
-    first = files[0]
-    if first.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return list(pq.read_schema(first).names)
-    with open(first) as fh:
-        head = fh.read(1 << 20).lstrip()
-    try:
-        if head.startswith("["):
-            row = json.loads(Path(first).read_text())[0]
-        else:
-            row = json.loads(head.splitlines()[0])
-    except (ValueError, IndexError) as exc:
-        raise SpecError("data.path", f"{first!r}: the first row is not valid JSON ({exc})") from None
-    if not isinstance(row, dict):
-        raise SpecError("data.path", f"{first!r}: rows must be JSON objects, got {type(row).__name__}")
-    return list(row)
 
 
 def resolve_format(data: DataSpec) -> str:
@@ -107,20 +69,11 @@ class TokenizeAndPack:
         return pack(examples, self.data.max_seq_len, self.pad_id, packing=self.data.packing)
 
 
-def read_rows(data: DataSpec) -> ray.data.Dataset:
-    import ray.data
-
-    files = data_files(data.path)
-    if READERS[Path(files[0]).suffix] == "parquet":
-        return ray.data.read_parquet(files)
-    return ray.data.read_json(files)
-
-
 def token_dataset(data: DataSpec, tokenizer_path: str, split: Split) -> ray.data.Dataset:
     """One split as a lazy, streaming dataset of packed rows."""
     import ray.data
 
-    return read_rows(data).map_batches(
+    return read_rows(data.path).map_batches(
         TokenizeAndPack,
         fn_constructor_kwargs={"tokenizer_path": tokenizer_path, "data": data, "fmt": resolve_format(data), "split": split},
         batch_format="pyarrow",

@@ -9,7 +9,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ray_jobs.data import data_files, resolve_format
+from ray_jobs.data import resolve_format
+from ray_jobs.sources import data_files
 from ray_jobs.spec import FineTuneSpec, SpecError
 
 
@@ -47,6 +48,6 @@ def absolute_paths(spec: FineTuneSpec) -> FineTuneSpec:
 
     return spec.replace(
         model=dataclasses.replace(spec.model, path=absolute(spec.model.path)),
-        data=dataclasses.replace(spec.data, path=absolute(spec.data.path)),
+        data=dataclasses.replace(spec.data, path=absolute(spec.data.path, always=True)),  # globs too
         output=dataclasses.replace(spec.output, dir=absolute(spec.output.dir, always=True)),
     )
