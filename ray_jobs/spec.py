@@ -50,7 +50,7 @@ class ModelSpec:
     """The base model to adapt."""
 
     path: str = ""
-    """A local directory (holding ``config.json``), an ``s3://`` prefix or a hub id (``org/name``)."""
+    """A local directory (holding ``config.json``) or a hub id (``org/name``, through the hub cache)."""
     revision: str | None = None
     """Hub revision (branch, tag or commit) when ``path`` is a hub id."""
     dtype: DType = "bfloat16"
@@ -104,7 +104,7 @@ class DataSpec:
     """Where the training data comes from and how it becomes token blocks."""
 
     path: str = ""
-    """A JSONL/JSON/Parquet file or a directory of them."""
+    """A file, directory, glob or ``s3://`` prefix of JSONL/JSON/CSV/Parquet files (``.gz``/``.zst`` too)."""
     format: DataFormat = "auto"
     """Row layout; ``auto`` detects it from the columns (see ``ray_jobs.formats``)."""
     max_seq_len: int = 2048
