@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from ray_jobs.spec import FineTuneSpec  # noqa: E402
 from rayft.client import Client  # noqa: E402
-from rayft.local_service import _wait_ready  # noqa: E402
+from rayft.local_service import wait_ready  # noqa: E402
 from service import auth  # noqa: E402
 from service._gen.rayft.v1 import finetune_pb2 as pb  # noqa: E402
 from service._gen.rayft.v1 import finetune_pb2_grpc as pb_grpc  # noqa: E402
@@ -60,7 +60,7 @@ def start_server(data_dir: Path) -> tuple[subprocess.Popen, str]:
     log = data_dir / "server.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rayft", "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    return proc, _wait_ready(proc, log, 0, 60)
+    return proc, wait_ready(proc, log, 0, 60)
 
 
 def bench_creates(address: str, token: str, n: int) -> dict:

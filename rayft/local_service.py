@@ -31,7 +31,7 @@ def local_service(data_dir: Path, timeout_s: float = 120.0) -> Iterator[str]:
     with log.open("a") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rayft", "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        yield _wait_ready(proc, log, offset, timeout_s)
+        yield wait_ready(proc, log, offset, timeout_s)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -40,7 +40,7 @@ def local_service(data_dir: Path, timeout_s: float = 120.0) -> Iterator[str]:
             proc.kill()
 
 
-def _wait_ready(proc: subprocess.Popen, log: Path, offset: int, timeout_s: float) -> str:
+def wait_ready(proc: subprocess.Popen, log: Path, offset: int, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in log.read_text()[offset:].splitlines():

@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from rayft.client import Client
+from rayft.local_service import wait_ready
 from service import auth
 from service._gen.rayft.v1 import finetune_pb2 as pb
 from service.convert import message_to_dict, spec_to_proto
@@ -41,17 +42,11 @@ class Server:
         }
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.data_dir / "server.log"
+        start = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("a") as out:  # a file, not a pipe: an unread pipe would block the server
             self.proc = subprocess.Popen([sys.executable, "-m", "rayft", "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
-        start = self.log.stat().st_size
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            for line in self.log.read_text()[start:].splitlines():
-                if line.startswith("rayft service listening on"):
-                    self.port = int(line.rsplit(":", 1)[1])
-                    return self
-            time.sleep(0.2)
-        raise RuntimeError(f"server did not start: {self.log.read_text()[-2000:]}")
+        self.port = int(wait_ready(self.proc, self.log, start, 60).rsplit(":", 1)[1])
+        return self
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

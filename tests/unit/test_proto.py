@@ -75,7 +75,6 @@ def test_round_trip_and_defaults():
     )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("grpc_tools") is None, reason="grpcio-tools is a dev dependency")
 def test_generated_code_is_current(tmp_path):
     spec = importlib.util.spec_from_file_location("generate", ROOT / "proto" / "generate.py")
     generate = importlib.util.module_from_spec(spec)
