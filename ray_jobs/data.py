@@ -1,11 +1,15 @@
-"""The Ray Data pipeline: read rows, template + tokenize + pack on CPU actors, stream to trainers.
+"""The Ray Data pipeline: read records, template + tokenize + pack on CPU actors, feed the trainers.
 
-    read (ray_jobs.sources)  ->  TokenizeAndPack (actor pool, CPU)  ->  Ray Train shards
+    read_records (ray_jobs.sources)  ->  TokenizeAndPack (actor pool, CPU)  ->  dataset cache / Ray Train
 
-The tokenizer lives in a callable class, so each actor loads it once and keeps it; the actors run
-ahead of training as Ray Data streams, and each trainer prefetches ``data.prefetch_batches``
-micro-batches from its shard. Rows are routed to the train or eval split by a stable hash of their
-content, so both splits read the same files and each tokenizes only its own rows.
+The tokenizer lives in a callable class, so each actor loads it once and keeps it. Every record is
+parsed and checked there: a bad one is counted by kind in the job's :class:`RowLedger` (see
+``ray_jobs.quality``), never dropped silently. Rows go to the train or eval split by a stable hash
+of the record, so the split is the same in every run and on every worker.
+
+``data.cache`` on (the default): :func:`datasets_for` tokenizes the whole dataset once, in parallel
+on every free CPU, into the content-addressed cache (``ray_jobs.dataset_cache``); training reads
+the Parquet shards. Off: each split streams from the tokenizers into training as it runs.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from ray_jobs.formats import detect_format, to_text, to_turns
-from ray_jobs.packing import pack
-from ray_jobs.sources import data_files, peek_columns, read_rows
+import numpy as np
+
+from ray_jobs.formats import BadRowError, detect_format, to_text, to_turns
+from ray_jobs.packing import Example, pack
+from ray_jobs.quality import BadRow, DataQualityError, QualityReport
+from ray_jobs.sources import data_files, peek_columns, read_records
 from ray_jobs.spec import DataSpec, SpecError
 
 if TYPE_CHECKING:
@@ -24,6 +31,7 @@ if TYPE_CHECKING:
     import ray.data
 
 Split = Literal["train", "eval"]
+TOKEN_COLUMNS = ["input_ids", "labels", "position_ids", "num_tokens", "num_examples", "num_truncated"]
 
 
 def resolve_format(data: DataSpec) -> str:
@@ -38,46 +46,103 @@ def resolve_format(data: DataSpec) -> str:
         raise SpecError("data.format", str(exc)) from None
 
 
-def in_eval_split(row: dict[str, Any], val_fraction: float) -> bool:
-    """Stable across runs, workers and row order: a hash of the row's content."""
-    digest = hashlib.blake2b(json.dumps(row, sort_keys=True, default=str).encode(), digest_size=8).digest()
+def in_eval_split(record: str, val_fraction: float) -> bool:
+    """Stable across runs, workers and row order: a hash of the record's text."""
+    digest = hashlib.blake2b(record.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 < val_fraction
 
 
 class TokenizeAndPack:
-    """Ray Data UDF (run as an actor): rows of one split -> packed, fixed-length token rows."""
+    """Ray Data UDF (run as an actor): records -> packed, fixed-length token rows with a ``split`` column."""
 
-    def __init__(self, tokenizer_path: str, data: DataSpec, fmt: str, split: Split):
+    def __init__(self, model_path: str, revision: str | None, data: DataSpec, fmt: str, splits: tuple[Split, ...], ledger: Any):
         from transformers import AutoTokenizer
 
+        from ray_jobs.model_cache import fetch_model
         from ray_jobs.template import ChatEncoder
 
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        tokenizer = AutoTokenizer.from_pretrained(fetch_model(model_path, revision).path)
         self.encoder = ChatEncoder(tokenizer, data.chat_template, data.train_on_completions_only)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
-        self.data, self.fmt, self.split = data, fmt, split
+        self.data, self.fmt, self.splits, self.ledger = data, fmt, splits, ledger
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
-        examples = []
-        for row in batch.to_pylist():
-            if in_eval_split(row, self.data.val_fraction) != (self.split == "eval"):
+        import ray
+
+        report = QualityReport()
+        examples: dict[str, list[Example]] = {split: [] for split in self.splits}
+        for source, line, record in zip(*(batch.column(c).to_pylist() for c in ("source", "line", "record"))):
+            split = "eval" if in_eval_split(record, self.data.val_fraction) else "train"
+            if split not in examples:
                 continue
+            report.rows += 1
+            try:
+                examples[split].append(self.encode(record, report))
+            except BadRow as bad:
+                report.record(bad, f"{source}:{line}")
+        if ray.get(self.ledger.add.remote(report)):  # streaming: fail as soon as the share is clearly too high
+            raise DataQualityError(ray.get(self.ledger.get.remote()).describe(self.data.max_bad_row_frac))
+        parts = [self._pack(split, rows) for split, rows in examples.items()]
+        return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+
+    def encode(self, record: str, report: QualityReport) -> Example:
+        """One record -> ``(input_ids, labels)``; raises :class:`BadRow` with the kind and the reason."""
+        try:
+            row = json.loads(record)
+        except ValueError as exc:
+            raise BadRow("unparsable", f"not valid JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise BadRow("unparsable", f"a JSON {type(row).__name__}, not an object")
+        try:
             if self.fmt == "text":
-                examples.append(self.encoder.encode_text(to_text(row)))
+                text = to_text(row)
+                if not text.strip():
+                    raise BadRow("empty_completion", "empty text")
+                ids, labels = self.encoder.encode_text(text)
             else:
-                examples.append(self.encoder.encode_turns(to_turns(row, self.fmt)))
-        return pack(examples, self.data.max_seq_len, self.pad_id, packing=self.data.packing)
+                turns = to_turns(row, self.fmt)
+                if not any(t.role == "assistant" and t.content.strip() for t in turns):
+                    raise BadRow("empty_completion", "no non-empty assistant answer to train on")
+                ids, labels = self.encoder.encode_turns(turns)
+        except BadRowError as exc:
+            raise BadRow("missing_field", str(exc)) from None
+        if len(ids) > self.data.max_seq_len:
+            if self.data.overlong == "drop":
+                raise BadRow("too_long", f"{len(ids)} tokens, over data.max_seq_len {self.data.max_seq_len}")
+            report.truncated += 1
+        return ids, labels
+
+    def _pack(self, split: str, examples: list[Example]) -> dict[str, np.ndarray]:
+        rows = pack(examples, self.data.max_seq_len, self.pad_id, packing=self.data.packing)
+        rows["split"] = np.full(len(rows["num_tokens"]), split)
+        return rows
 
 
-def token_dataset(data: DataSpec, tokenizer_path: str, split: Split) -> ray.data.Dataset:
-    """One split as a lazy, streaming dataset of packed rows."""
+def tokenize(data: DataSpec, model_path: str, revision: str | None, splits: tuple[Split, ...], ledger: Any) -> ray.data.Dataset:
+    """The records of ``splits`` as a lazy, streaming dataset of packed rows."""
     import ray.data
 
-    return read_rows(data.path).map_batches(
+    return read_records(data.path).map_batches(
         TokenizeAndPack,
-        fn_constructor_kwargs={"tokenizer_path": tokenizer_path, "data": data, "fmt": resolve_format(data), "split": split},
+        fn_constructor_kwargs={
+            "model_path": model_path,
+            "revision": revision,
+            "data": data,
+            "fmt": resolve_format(data),
+            "splits": splits,
+            "ledger": ledger,
+        },
         batch_format="pyarrow",
         batch_size=data.tokenize_batch_size,
         compute=ray.data.ActorPoolStrategy(size=data.tokenize_workers),
         num_cpus=1,
     )
+
+
+def new_ledger(data: DataSpec, fail_early: bool) -> Any:
+    """A :class:`RowLedger` actor; ``fail_early`` lets the tokenizers stop a streaming job mid-way."""
+    import ray
+
+    from ray_jobs.quality import RowLedger
+
+    return ray.remote(num_cpus=0)(RowLedger).remote(data.max_bad_row_frac if fail_early else float("inf"))

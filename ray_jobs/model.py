@@ -61,7 +61,9 @@ def load_base(spec: FineTuneSpec, device: torch.device) -> torch.nn.Module:
     quant = quantization_config(spec)
     if quant is not None:
         kwargs["quantization_config"] = quant
-    model = AutoModelForCausalLM.from_pretrained(spec.model.path, **kwargs)
+    from ray_jobs.model_cache import fetch_model
+
+    model = AutoModelForCausalLM.from_pretrained(fetch_model(spec.model.path, spec.model.revision).path, **kwargs)
     model.config.use_cache = False
     return model
 

@@ -22,6 +22,18 @@ def check(spec: FineTuneSpec) -> str:
 
 
 def check_model(path: str) -> None:
+    if path.startswith("s3://"):
+        from ray_jobs.storage import location
+
+        try:
+            found = location(path).child("config.json").exists()
+        except OSError as exc:
+            raise SpecError("model.path", f"cannot read {path!r}: {exc}") from None
+        if not found:
+            raise SpecError("model.path", f"{path!r} has no config.json; point it at a Hugging Face model saved to S3")
+        return
+    if "://" in path:
+        raise SpecError("model.path", f"{path!r}: unsupported scheme; use a local directory, s3://bucket/prefix or a hub id")
     p = Path(path).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file():

@@ -79,14 +79,16 @@ def _run(
     from ray.train.torch import TorchTrainer
     from ray.util.queue import Queue
 
-    from ray_jobs.data import token_dataset
+    from ray_jobs.dataset_cache import prepare
     from ray_jobs.events import ForwardReports
+    from ray_jobs.model_cache import fetch_model
     from ray_jobs.train_loop import LoopConfig, train_loop_per_worker
 
-    emit(Event("phase", {"phase": "data"}))
-    datasets = {"train": token_dataset(spec.data, spec.model.path, "train")}
-    if spec.data.val_fraction > 0:
-        datasets["eval"] = token_dataset(spec.data, spec.model.path, "eval").materialize()
+    emit(Event("phase", {"phase": "model", "detail": f"fetching {spec.model.path}"}))
+    model = fetch_model(spec.model.path, spec.model.revision)
+    emit(Event("phase", {"phase": "data", "detail": f"model: {_describe_fetch(model)}"}))
+    prepared = prepare(spec)
+    datasets = prepared.datasets
     total_steps = spec.train.max_steps or _count_steps(spec, datasets)
     loop = LoopConfig(spec, total_steps, start, has_eval="eval" in datasets, fail_at_step=fail_at_step)
 
@@ -109,7 +111,7 @@ def _run(
         ),
         datasets=datasets,
     )
-    emit(Event("phase", {"phase": "training", "total_steps": total_steps}))
+    emit(Event("phase", {"phase": "training", "total_steps": total_steps, "detail": _describe_cache(prepared.cache)}))
     history: list[dict[str, Any]] = []
     with (staging / "metrics.jsonl").open("a") as metrics_log:
 
@@ -123,14 +125,40 @@ def _run(
     ray.kill(queue.actor)
     if result.error is not None:
         raise result.error
+    quality = prepared.quality_report()
+    quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
 
     emit(Event("phase", {"phase": "export"}))
     _export(result.checkpoint, spec, staging / "adapter")
     adapter_uri = run_dir.child("adapter").uri
     summary = summarize(spec, history, start, adapter_uri)
+    summary["caches"] = {"dataset": prepared.cache, "model": model.to_dict()}
+    summary["data_quality"] = quality.to_dict()
     (staging / "summary.json").write_text(json.dumps(summary, indent=2))
     emit(Event("summary", summary))
     return JobResult(run_dir.uri, adapter_uri, summary, staging)
+
+
+def _describe_fetch(model: Any) -> str:
+    if model.source == "download":
+        return f"downloaded {model.bytes_downloaded / 2**20:.1f} MiB into the cache in {model.seconds:.1f} s"
+    return {
+        "local": "local directory",
+        "cache": "model cache hit",
+        "hub-cache": "hub cache hit",
+        "hub": "downloaded from the hub",
+    }[model.source]
+
+
+def _describe_cache(info: dict[str, Any]) -> str:
+    if not info["enabled"]:
+        return "dataset cache off: tokenizing while training"
+    if info["hit"]:
+        return f"dataset cache hit {info['key']}: 0 bytes downloaded, 0 rows tokenized"
+    return (
+        f"dataset cache miss {info['key']}: read {info['bytes_downloaded'] / 2**20:.1f} MiB, tokenized "
+        f"{info['rows_tokenized']} rows in {info['seconds']:.1f} s"
+    )
 
 
 def connect(address: str | None, spec: FineTuneSpec) -> None:
@@ -214,7 +242,9 @@ def _export(checkpoint: Any, spec: FineTuneSpec, target: Path) -> None:
 
     with checkpoint.as_directory() as directory:
         shutil.copytree(Path(directory) / "adapter", target, dirs_exist_ok=True)
-    AutoTokenizer.from_pretrained(spec.model.path).save_pretrained(target)
+    from ray_jobs.model_cache import fetch_model
+
+    AutoTokenizer.from_pretrained(fetch_model(spec.model.path, spec.model.revision).path).save_pretrained(target)
 
 
 def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], start: float, adapter_dir: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ DType = Literal["bfloat16", "float16", "float32"]
 DataFormat = Literal["auto", "alpaca", "chat", "sharegpt", "prompt_completion", "text"]
 Schedule = Literal["cosine", "linear", "constant"]
 Strategy = Literal["ddp", "fsdp"]
+Overlong = Literal["truncate", "drop"]
 
 
 class SpecError(ValueError):
@@ -108,7 +109,7 @@ class DataSpec:
     format: DataFormat = "auto"
     """Row layout; ``auto`` detects it from the columns (see ``ray_jobs.formats``)."""
     max_seq_len: int = 2048
-    """Tokens per training row. Longer examples are truncated (and counted)."""
+    """Tokens per training row. Longer examples are truncated or dropped (``overlong``), and counted."""
     packing: bool = True
     """Pack several examples into each row (attention never crosses examples). Off pads each example."""
     train_on_completions_only: bool = True
@@ -123,6 +124,17 @@ class DataSpec:
     """Rows per tokenization batch. Each batch leaves at most one part-filled packed row."""
     prefetch_batches: int = 4
     """Micro-batches each trainer prefetches from its Ray Data shard."""
+    overlong: Overlong = "truncate"
+    """Examples longer than ``max_seq_len``: ``truncate`` keeps their start; ``drop`` skips them as bad rows."""
+    max_bad_row_frac: float = 0.01
+    """Bad rows (unparsable, missing fields, empty answers, dropped overlong) up to this share are skipped
+    and reported; above it the job fails with the report. 0 makes any bad row fatal."""
+    cache: bool = True
+    """Tokenize once into the dataset cache, then train from it; later jobs with the same data, tokenizer
+    and settings skip download and tokenization. Off: tokenize while training (streaming), every run."""
+    cache_uri: str | None = None
+    """Dataset cache root. Default ``$RAYFT_CACHE_DIR/datasets`` (``~/.cache/rayft``) on the driver's node;
+    an ``s3://`` prefix shares entries across nodes and jobs (use it on multi-node clusters)."""
 
     def __post_init__(self) -> None:
         _check(bool(self.path.strip()), "data.path", "is required: a JSONL, JSON or Parquet file or directory")
@@ -133,6 +145,14 @@ class DataSpec:
         _positive(self.tokenize_workers, "data.tokenize_workers")
         _positive(self.tokenize_batch_size, "data.tokenize_batch_size")
         _check(self.prefetch_batches >= 0, "data.prefetch_batches", "must be >= 0")
+        overlongs = typing.get_args(Overlong)
+        _check(self.overlong in overlongs, "data.overlong", f"must be one of {overlongs}, got {self.overlong!r}")
+        _check(0.0 <= self.max_bad_row_frac <= 1.0, "data.max_bad_row_frac", f"must be in [0, 1], got {self.max_bad_row_frac!r}")
+        _check(
+            self.cache_uri is None or self.cache_uri.startswith("s3://") or "://" not in self.cache_uri,
+            "data.cache_uri",
+            f"must be a local directory or an s3:// prefix, got {self.cache_uri!r}",
+        )
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,29 @@ def write_dataset(path: Path, rows: int, seed: int = 0) -> Path:
     return path
 
 
+BAD_LINES = {
+    "unparsable": '{"messages": [{"role": "user", "content": "count fro',
+    "missing_field": json.dumps({"messages": [{"role": "user"}, {"role": "assistant", "content": "alpha"}]}),
+    "empty_completion": json.dumps({"messages": [{"role": "user", "content": "count"}, {"role": "assistant", "content": " "}]}),
+    "too_long": json.dumps(
+        {"messages": [{"role": "user", "content": "count"}, {"role": "assistant", "content": " ".join(WORDS * 40)}]}
+    ),
+}
+"""One line of each bad-row kind (``ray_jobs.quality``); ``too_long`` needs ``data.overlong: drop``."""
+
+
+def write_dataset_with_bad_rows(path: Path, rows: int, bad: int, seed: int = 0) -> dict[int, str]:
+    """``rows`` lines of which ``bad`` (spread evenly, cycling through the kinds) are bad; returns line -> kind."""
+    rng = random.Random(seed)
+    kinds = list(BAD_LINES)
+    bad_at = {1 + (i * rows) // bad + rows // (2 * bad): kinds[i % len(kinds)] for i in range(bad)} if bad else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for line in range(1, rows + 1):
+            fh.write((BAD_LINES[bad_at[line]] if line in bad_at else json.dumps(example(rng))) + "\n")
+    return bad_at
+
+
 def write_tokenizer(directory: Path, vocab_size: int = 320) -> None:
     """Train a byte-level BPE on the task's text; save it as a transformers tokenizer with ChatML."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

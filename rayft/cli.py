@@ -4,6 +4,7 @@
     rayft train SPEC.yaml [--address ray://...|auto] [--set train.max_steps=10] [--overwrite]
     rayft check SPEC.yaml               # validate the spec and what it points at; start nothing
     rayft merge RUN/adapter --out DIR   # fold an adapter into its base model
+    rayft cache list|prune              # the dataset and model caches (see rayft/cli_cache.py)
 
 Heavy imports (Ray, torch, transformers) happen inside the commands that need them.
 """
@@ -60,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     from rayft.cli_service import add_commands
 
     add_commands(sub, _add_overrides)
+
+    from rayft import cli_cache
+
+    cli_cache.add_commands(sub)
 
     p = sub.add_parser("merge", help="fold a LoRA adapter into its base model and save the result")
     p.add_argument("adapter", help="adapter directory (RUN/adapter)")

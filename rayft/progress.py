@@ -12,6 +12,7 @@ from ray_jobs.events import Event
 
 PHASES = {
     "connect": "connecting to Ray",
+    "model": "fetching the model",
     "data": "preparing data",
     "training": "starting workers",
     "export": "exporting adapter",
@@ -47,6 +48,8 @@ class ProgressView:
         data = event.data
         if event.kind == "phase":
             self.stats["phase"] = PHASES.get(data["phase"], data["phase"])
+            if data.get("detail"):
+                self.console.print(f"[dim]{data['detail']}")
             if "total_steps" in data:
                 self.progress.update(self.task, total=data["total_steps"])
         elif event.kind == "progress":
@@ -77,6 +80,7 @@ class ProgressView:
             ("time to first step", f"{_fmt(summary['time_to_first_step_s'], '.1f')} s"),
             ("tokens/s (steady, last window)", _fmt(summary["steady_tokens_per_s"], ",.0f")),
             ("worker restarts", str(summary["restarts"])),
+            *_cache_rows(summary),
             ("adapter", summary["adapter_dir"]),
         ]
         if summary.get("gpu_mem_peak_gb") is not None:
@@ -84,6 +88,26 @@ class ProgressView:
         for key, value in rows:
             table.add_row(key, value)
         Console().print(table)
+
+
+def _cache_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    if dataset := summary.get("caches", {}).get("dataset"):
+        state = "off" if not dataset["enabled"] else "hit" if dataset["hit"] else "miss"
+        rows.append(
+            (
+                "dataset cache",
+                f"{state}: {dataset['bytes_downloaded']:,} bytes read, {dataset['rows_tokenized'] or 0:,} rows tokenized",
+            )
+        )
+    if model := summary.get("caches", {}).get("model"):
+        rows.append(("model", f"{model['source']}: {model['bytes_downloaded']:,} bytes downloaded"))
+    if quality := summary.get("data_quality"):
+        kinds = ", ".join(f"{n} {k}" for k, n in quality["bad_by_kind"].items()) or "none"
+        rows.append(
+            ("bad rows skipped", f"{quality['bad_rows']:,} of {quality['rows']:,} ({kinds}); {quality['truncated']:,} truncated")
+        )
+    return rows
 
 
 def _fmt(value: float | None, spec: str = ".4f") -> str:

@@ -85,7 +85,7 @@ def event_to_proto(event: EventRecord) -> pb.JobEvent:
     elif event.kind == "progress":
         message.progress.CopyFrom(pb.Progress(**{k: data[k] for k in PROGRESS_FIELDS if data.get(k) is not None}))
     elif event.kind == "phase":
-        message.phase.CopyFrom(pb.Phase(phase=data["phase"]))
+        message.phase.CopyFrom(pb.Phase(phase=data["phase"], detail=data.get("detail", "")))
     elif event.kind == "failure":
         message.failure.CopyFrom(pb.Failure(errors=data["errors"]))
     elif event.kind == "summary":
@@ -99,7 +99,7 @@ def event_from_proto(message: pb.JobEvent) -> tuple[str, dict[str, Any]]:
     if kind == "progress":
         return kind, message_to_dict(message.progress) | {"checkpoint": message.progress.checkpoint}
     if kind == "phase":
-        return kind, {"phase": message.phase.phase}
+        return kind, {"phase": message.phase.phase, "detail": message.phase.detail}
     if kind == "failure":
         return kind, {"errors": dict(message.failure.errors)}
     if kind == "summary":

@@ -31,6 +31,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's own cache root (``RAYFT_CACHE_DIR``), set before Ray or a service starts so that
+    their workers inherit it: tests never read or fill the user's ``~/.cache/rayft``."""
+    root = tmp_path_factory.mktemp("rayft-cache")
+    saved = os.environ.get("RAYFT_CACHE_DIR")
+    os.environ["RAYFT_CACHE_DIR"] = str(root)
+    yield root
+    if saved is None:
+        os.environ.pop("RAYFT_CACHE_DIR", None)
+    else:
+        os.environ["RAYFT_CACHE_DIR"] = saved
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny BPE tokenizer + random Llama in ``model/`` and a counting dataset in ``train.jsonl``."""

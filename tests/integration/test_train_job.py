@@ -147,24 +147,3 @@ def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
     assert any(k.startswith("team-a/tiny-s3/ray/checkpoint_") and k.endswith("train_state.pt") for k in keys)
     summary = json.loads(s3.get_object(Bucket="rayft-runs", Key="team-a/tiny-s3/summary.json")["Body"].read())
     assert summary["steps"] == 6
-
-
-def test_gzipped_jsonl_on_s3(ray_cluster, s3_server, tiny_spec, tiny):
-    """A dataset in an S3 bucket (gzipped JSONL, two shards) is checked before the cluster is used and
-    read by Ray Data's workers straight from S3."""
-    import gzip
-
-    import boto3
-
-    from ray_jobs import preflight
-
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="rayft-data")
-    lines = (tiny / "train.jsonl").read_bytes().splitlines(keepends=True)
-    for i in range(2):
-        s3.put_object(Bucket="rayft-data", Key=f"counting/part-{i}.jsonl.gz", Body=gzip.compress(b"".join(lines[i::2])))
-    spec = with_train(tiny_spec, max_steps=6, eval_every=None, checkpoint_every=6, log_every=3)
-    spec = spec.replace(name="tiny-s3-data", data=dataclasses.replace(spec.data, path="s3://rayft-data/counting/"))
-    assert preflight.check(spec) == "chat"  # detected from the first row in the bucket
-    summary = run(spec).summary
-    assert summary["steps"] == 6 and summary["eval_loss"] < summary["initial_eval_loss"]

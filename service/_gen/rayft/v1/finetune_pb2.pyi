@@ -79,7 +79,7 @@ class LoraSpec(_message.Message):
     def __init__(self, r: _Optional[int] = ..., alpha: _Optional[int] = ..., dropout: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., modules_to_save: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DataSpec(_message.Message):
-    __slots__ = ("path", "format", "max_seq_len", "packing", "train_on_completions_only", "chat_template", "val_fraction", "tokenize_workers", "tokenize_batch_size", "prefetch_batches")
+    __slots__ = ("path", "format", "max_seq_len", "packing", "train_on_completions_only", "chat_template", "val_fraction", "tokenize_workers", "tokenize_batch_size", "prefetch_batches", "overlong", "max_bad_row_frac", "cache", "cache_uri")
     PATH_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     MAX_SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +90,10 @@ class DataSpec(_message.Message):
     TOKENIZE_WORKERS_FIELD_NUMBER: _ClassVar[int]
     TOKENIZE_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     PREFETCH_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    OVERLONG_FIELD_NUMBER: _ClassVar[int]
+    MAX_BAD_ROW_FRAC_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_URI_FIELD_NUMBER: _ClassVar[int]
     path: str
     format: str
     max_seq_len: int
@@ -100,7 +104,11 @@ class DataSpec(_message.Message):
     tokenize_workers: int
     tokenize_batch_size: int
     prefetch_batches: int
-    def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ...) -> None: ...
+    overlong: str
+    max_bad_row_frac: float
+    cache: bool
+    cache_uri: str
+    def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ...) -> None: ...
 
 class TrainSpec(_message.Message):
     __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures")
@@ -281,10 +289,12 @@ class Progress(_message.Message):
     def __init__(self, step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., samples_per_s: _Optional[float] = ..., eta_s: _Optional[float] = ..., gpu_mem_peak_gb: _Optional[float] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
 
 class Phase(_message.Message):
-    __slots__ = ("phase",)
+    __slots__ = ("phase", "detail")
     PHASE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     phase: str
-    def __init__(self, phase: _Optional[str] = ...) -> None: ...
+    detail: str
+    def __init__(self, phase: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Failure(_message.Message):
     __slots__ = ("errors",)

@@ -1,0 +1,189 @@
+"""Tokenize once: the content-addressed dataset cache, and the datasets a job trains on.
+
+The key of an entry hashes everything that changes the tokens: each source file's path, size and
+modification time; the format; the tokenizer's files (``tokenizer.json``, its config, ...); the chat
+template; ``max_seq_len``, ``overlong``, packing, masking, ``val_fraction`` and the tokenization
+batch size (packing is per batch); and ``CACHE_VERSION``, bumped whenever the pipeline's output
+changes. Any change makes a new entry; an unchanged job reads the entry's Parquet shards and
+downloads and tokenizes nothing.
+
+On a miss the whole dataset is tokenized in one parallel pass (every record read once), written
+as Parquet partitioned by split, checked against ``data.max_bad_row_frac`` and committed atomically
+(``ray_jobs.cache``); a job that fails the check leaves no entry. On a local root the writes and
+reads run on the driver's node, where the directory is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ray_jobs import cache
+from ray_jobs.data import TOKEN_COLUMNS, new_ledger, resolve_format, tokenize
+from ray_jobs.model_cache import fetch_model
+from ray_jobs.quality import QualityReport
+from ray_jobs.sources import data_files
+from ray_jobs.spec import DataSpec, FineTuneSpec
+
+CACHE_VERSION = 1
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """What the trainer gets: Ray datasets by split, plus how they were made (for the summary)."""
+
+    datasets: dict[str, Any]
+    cache: dict[str, Any]
+    """``hit``, ``key``, ``uri``, ``bytes_downloaded``, ``rows_tokenized``, ``seconds``."""
+    ledger: Any = None
+    """Streaming mode: the live :class:`RowLedger` (the report is final only after training)."""
+    quality: QualityReport | None = None
+
+    def quality_report(self) -> QualityReport:
+        import ray
+
+        return self.quality if self.quality is not None else ray.get(self.ledger.get.remote())
+
+
+def prepare(spec: FineTuneSpec) -> Prepared:
+    """The train (and eval) datasets: from the cache (filling it on a miss), or streaming."""
+    data, splits = spec.data, ("train", "eval") if spec.data.val_fraction > 0 else ("train",)
+    start = time.perf_counter()
+    if not data.cache:
+        ledger = new_ledger(data, fail_early=True)
+        datasets = {s: tokenize(data, spec.model.path, spec.model.revision, (s,), ledger) for s in splits}
+        datasets = {s: ds.select_columns(TOKEN_COLUMNS) for s, ds in datasets.items()}
+        if "eval" in datasets:
+            datasets["eval"] = datasets["eval"].materialize()
+        info = {"enabled": False, "hit": False, "bytes_downloaded": _source_bytes(data), "rows_tokenized": None}
+        return Prepared(datasets, info, ledger=ledger)
+
+    key, parts = dataset_key(spec)
+    entry = cache.entry(data.cache_uri or str(Path(cache.default_root())), "datasets", key)
+    meta = cache.manifest(entry)
+    hit = meta is not None
+    if meta is None:
+        meta = _fill(spec, entry, parts, splits)
+    else:
+        cache.record_hit(entry)
+    payload = cache.payload_of(entry, meta)
+    datasets = {s: _read_split(payload, s) for s in splits if meta["rows_by_split"].get(s)}
+    info = {
+        "enabled": True,
+        "hit": hit,
+        "key": key,
+        "uri": entry.uri,
+        "bytes_downloaded": 0 if hit else meta["source_bytes"],
+        "rows_tokenized": 0 if hit else meta["quality"]["rows"],
+        "packed_rows": meta["rows_by_split"],
+        "seconds": time.perf_counter() - start,
+    }
+    return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]))
+
+
+def dataset_key(spec: FineTuneSpec) -> tuple[str, dict[str, Any]]:
+    """The entry's key and the parts it hashes (kept in the manifest, to explain a miss)."""
+    data = spec.data
+    files = data_files(data.path)
+    sources = [(info.path, info.size, info.mtime_ns) for info in files.fs.get_file_info(files.paths)]
+    parts = {
+        "version": CACHE_VERSION,
+        "sources": sources,
+        "format": resolve_format(data),
+        "tokenizer": tokenizer_fingerprint(fetch_model(spec.model.path, spec.model.revision).path),
+        **{f: getattr(data, f) for f in _TOKEN_FIELDS},
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24], parts
+
+
+_TOKEN_FIELDS = (
+    "chat_template",
+    "max_seq_len",
+    "overlong",
+    "packing",
+    "train_on_completions_only",
+    "val_fraction",
+    "tokenize_batch_size",
+)
+"""The ``DataSpec`` fields that change the tokens (``max_bad_row_frac`` does not: the report is kept)."""
+
+
+def tokenizer_fingerprint(model_dir: str) -> str:
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        path = Path(model_dir, name)
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def _fill(spec: FineTuneSpec, entry: Any, parts: dict[str, Any], splits: tuple[str, ...]) -> dict[str, Any]:
+    import ray
+
+    data = spec.data
+    ledger = new_ledger(data, fail_early=False)
+    payload = cache.new_payload(entry)
+    try:
+        tokens = tokenize(data, spec.model.path, spec.model.revision, splits, ledger)  # type: ignore[arg-type]
+        tokens.write_parquet(payload.path, filesystem=payload.fs, partition_cols=["split"], **_on_this_node(entry))
+        report: QualityReport = ray.get(ledger.get.remote())
+        report.check(data.max_bad_row_frac)
+        rows_by_split = {s: _read_split(payload, s).count() if payload.child(f"split={s}").exists() else 0 for s in splits}
+    except BaseException:
+        payload.delete()
+        raise
+    finally:
+        ray.kill(ledger)
+    meta = {
+        "description": f"{data.path} ({parts['format']}, {data.max_seq_len} tokens, packing={data.packing})",
+        "key_parts": parts,
+        "source_bytes": sum(size for _, size, _ in parts["sources"]),
+        "quality": report.to_dict(),
+        "rows_by_split": rows_by_split,
+    }
+    return cache.commit(entry, payload, meta)
+
+
+def _read_split(payload: Any, split: str) -> Any:
+    import warnings
+
+    import ray.data
+
+    with warnings.catch_warnings():  # ray_remote_args (deprecated for reads in 2.60) is still the only way to pin
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ds = ray.data.read_parquet(payload.child(f"split={split}").path, filesystem=payload.fs, **_on_this_node(payload))
+    return ds.select_columns(TOKEN_COLUMNS)
+
+
+def _on_this_node(loc: Any) -> dict[str, Any]:
+    """A local cache directory exists on the driver's node only: run its reads and writes there."""
+    if not loc.is_local:
+        return {}
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {
+        "ray_remote_args": {
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        }
+    }
+
+
+def _source_bytes(data: DataSpec) -> int:
+    files = data_files(data.path)
+    return sum(info.size for info in files.fs.get_file_info(files.paths))

@@ -1,0 +1,107 @@
+"""Base models on local disk, fetched once per node: local directories, ``s3://`` prefixes, hub ids.
+
+* A local directory is used where it is.
+* An ``s3://`` prefix is downloaded once into the node's cache (``$RAYFT_CACHE_DIR/models``), all
+  files in parallel, each verified by size, then published atomically (``ray_jobs.cache``). The
+  entry's key covers the URI and every file's size and modification time, so a re-uploaded model
+  is a new entry. A file lock makes the workers of one node wait for a single download.
+* A hub id goes through the Hugging Face hub's own cache (``HF_HOME``); with ``HF_HUB_OFFLINE=1`` it
+  must already be there.
+
+The driver, every tokenizer actor and every training worker call :func:`fetch_model`; the first
+on a node downloads, the rest hit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ray_jobs import cache
+from ray_jobs.spec import SpecError
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    path: str
+    """The model's local directory."""
+    source: str
+    """``local`` (used in place), ``cache`` (hit), ``download`` (miss), ``hub-cache`` or ``hub``."""
+    bytes_downloaded: int = 0
+    seconds: float = 0.0
+
+    @property
+    def hit(self) -> bool:
+        return self.source in ("local", "cache", "hub-cache")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "hit": self.hit}
+
+
+def fetch_model(path: str, revision: str | None = None, root: str | None = None) -> Fetched:
+    """A local directory holding the model at ``path`` (downloading it into the cache if needed)."""
+    start = time.perf_counter()
+    if path.startswith("s3://"):
+        return _from_s3(path, root or cache.default_root(), start)
+    if Path(path).expanduser().is_dir():
+        return Fetched(str(Path(path).expanduser()), "local")
+    return _from_hub(path, revision, start)
+
+
+def _from_s3(uri: str, root: str, start: float) -> Fetched:
+    import pyarrow.fs as pafs
+    from filelock import FileLock
+
+    from ray_jobs.storage import location
+
+    src = location(uri)
+    files = [f for f in src.fs.get_file_info(pafs.FileSelector(src.path, recursive=True)) if f.type == pafs.FileType.File]
+    if not any(f.path.endswith("/config.json") for f in files):
+        raise SpecError("model.path", f"{uri!r} holds no config.json; point it at a Hugging Face model saved to S3")
+    listing = sorted((f.path[len(src.path) + 1 :], f.size, f.mtime_ns) for f in files)
+    key = hashlib.sha256(json.dumps([uri, listing]).encode()).hexdigest()[:24]
+    entry = cache.entry(root, "models", key)
+    if (meta := cache.manifest(entry)) is None:
+        entry.fs.create_dir(entry.path, recursive=True)
+        with FileLock(entry.path + ".lock"):  # one download per node; the others wait, then hit
+            if (meta := cache.manifest(entry)) is None:
+                payload = cache.new_payload(entry)
+                pafs.copy_files(
+                    src.path, payload.path, source_filesystem=src.fs, destination_filesystem=entry.fs, use_threads=True
+                )
+                _verify_sizes(payload.path, listing)
+                size = sum(s for _, s, _ in listing)
+                cache.commit(entry, payload, {"description": f"model {uri}", "bytes": size, "files": len(listing)})
+                return Fetched(payload.path, "download", size, time.perf_counter() - start)
+    cache.record_hit(entry)
+    return Fetched(cache.payload_of(entry, meta).path, "cache", 0, time.perf_counter() - start)
+
+
+def _verify_sizes(directory: str, listing: list[tuple[str, int, int]]) -> None:
+    for rel, size, _ in listing:
+        got = Path(directory, rel).stat().st_size if Path(directory, rel).is_file() else -1
+        if got != size:
+            raise OSError(f"downloaded {rel} has {got} bytes, expected {size}; the model changed during download?")
+
+
+def _from_hub(repo_id: str, revision: str | None, start: float) -> Fetched:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        local = snapshot_download(repo_id, revision=revision, local_files_only=True)
+        return Fetched(local, "hub-cache", 0, time.perf_counter() - start)
+    except LocalEntryNotFoundError:
+        pass
+    try:
+        local = snapshot_download(repo_id, revision=revision)
+    except Exception as exc:  # offline, unknown repo, no network
+        raise SpecError(
+            "model.path", f"hub model {repo_id!r} is not in the hub cache and cannot be downloaded ({type(exc).__name__}): {exc}"
+        ) from None
+    size = sum(f.stat().st_size for f in Path(local).rglob("*") if f.is_file())
+    return Fetched(local, "hub", size, time.perf_counter() - start)

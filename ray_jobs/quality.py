@@ -1,0 +1,115 @@
+"""Bad rows: counted by kind, skipped below a threshold, fatal above it, never dropped silently.
+
+Kinds (``BAD_ROW_KINDS``):
+
+| kind               | a row that ...                                                     |
+|--------------------|--------------------------------------------------------------------|
+| `unparsable`       | is not valid JSON, or not a JSON object                            |
+| `missing_field`    | lacks a field its format needs, or holds the wrong type there      |
+| `empty_completion` | has nothing to train on: an empty answer (or empty text)           |
+| `too_long`         | is longer than ``data.max_seq_len`` with ``data.overlong: drop``   |
+
+Rows cut to ``max_seq_len`` under ``data.overlong: truncate`` are kept and counted as ``truncated``
+(not bad). The tokenizer actors add their counts to one :class:`RowLedger` actor per job; the
+driver reads the report once the dataset is tokenized. The job fails when bad rows exceed
+``data.max_bad_row_frac`` of all rows, with a report naming the first few (file:line and why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+BAD_ROW_KINDS = ("unparsable", "missing_field", "empty_completion", "too_long")
+MAX_EXAMPLES = 5
+"""Locations kept per kind."""
+MIN_ROWS_FOR_EARLY_FAIL = 500
+"""While streaming (no cache), fail early only once this many rows back the estimate."""
+
+
+class BadRow(ValueError):
+    """One row that cannot be trained on; ``kind`` is one of ``BAD_ROW_KINDS``."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class DataQualityError(RuntimeError):
+    """Too many bad rows; the message is the report."""
+
+
+@dataclasses.dataclass
+class QualityReport:
+    rows: int = 0
+    """Rows read (both splits)."""
+    bad: Counter = dataclasses.field(default_factory=Counter)
+    """Bad rows by kind."""
+    truncated: int = 0
+    examples: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    """The first few bad rows of each kind: ``{"kind", "location", "reason"}``."""
+
+    def add(self, other: QualityReport) -> None:
+        self.rows += other.rows
+        self.bad.update(other.bad)
+        self.truncated += other.truncated
+        for example in other.examples:
+            if sum(e["kind"] == example["kind"] for e in self.examples) < MAX_EXAMPLES:
+                self.examples.append(example)
+
+    def record(self, bad: BadRow, location: str) -> None:
+        self.bad[bad.kind] += 1
+        if sum(e["kind"] == bad.kind for e in self.examples) < MAX_EXAMPLES:
+            self.examples.append({"kind": bad.kind, "location": location, "reason": str(bad)})
+
+    @property
+    def bad_rows(self) -> int:
+        return sum(self.bad.values())
+
+    @property
+    def bad_frac(self) -> float:
+        return self.bad_rows / self.rows if self.rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "bad_rows": self.bad_rows,
+            "bad_frac": self.bad_frac,
+            "bad_by_kind": {k: self.bad[k] for k in BAD_ROW_KINDS if self.bad[k]},
+            "truncated": self.truncated,
+            "examples": self.examples,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QualityReport:
+        return cls(data["rows"], Counter(data["bad_by_kind"]), data["truncated"], list(data["examples"]))
+
+    def check(self, max_frac: float) -> None:
+        """Raise :class:`DataQualityError` when the bad share is over ``max_frac``."""
+        if self.bad_frac > max_frac:
+            raise DataQualityError(self.describe(max_frac))
+
+    def describe(self, max_frac: float) -> str:
+        kinds = ", ".join(f"{n} {k}" for k, n in self.to_dict()["bad_by_kind"].items())
+        where = "; ".join(f"{e['location']} ({e['kind']}: {e['reason']})" for e in self.examples[:MAX_EXAMPLES])
+        return (
+            f"data.path: {self.bad_rows} of {self.rows} rows are bad ({self.bad_frac:.1%}, over data.max_bad_row_frac "
+            f"{max_frac:.1%}): {kinds}. First: {where}. Fix the rows, or raise data.max_bad_row_frac to skip them"
+        )
+
+
+class RowLedger:
+    """One per job, as a Ray actor: the tokenizer actors add their counts after each batch."""
+
+    def __init__(self, max_frac: float):
+        self.report = QualityReport()
+        self.max_frac = max_frac
+
+    def add(self, part: QualityReport) -> bool:
+        """Fold in one batch's counts; True when the share of bad rows is already clearly over the limit."""
+        self.report.add(part)
+        return self.report.rows >= MIN_ROWS_FOR_EARLY_FAIL and self.report.bad_frac > self.max_frac
+
+    def get(self) -> QualityReport:
+        return self.report

@@ -1,0 +1,143 @@
+"""Fetch once, tokenize once: the dataset and model caches against a real S3 API and local Ray.
+
+The data is gzipped JSONL in a moto S3 bucket with 0.5% bad rows, and the model is a tiny Llama
+saved to S3. Everything is asserted from the jobs' counters, never from timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from ray_jobs.dataset_cache import prepare
+from ray_jobs.quality import DataQualityError
+from ray_jobs.run import run
+from ray_jobs.tiny import write_dataset_with_bad_rows
+from rayft.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def replace(spec, section, **changes):
+    return spec.replace(**{section: dataclasses.replace(getattr(spec, section), **changes)})
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server, tiny, tmp_path_factory):
+    """``s3://rayft-cache/``: ``data/part-{0,1}.jsonl.gz`` (1000 rows, 5 bad) and ``models/tiny/``."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="rayft-cache")
+    path = tmp_path_factory.mktemp("bad") / "train.jsonl"
+    bad_at = write_dataset_with_bad_rows(path, rows=1000, bad=5)
+    lines = path.read_bytes().splitlines(keepends=True)
+    parts = [gzip.compress(b"".join(lines[:500])), gzip.compress(b"".join(lines[500:]))]
+    for i, body in enumerate(parts):
+        s3.put_object(Bucket="rayft-cache", Key=f"data/part-{i}.jsonl.gz", Body=body)
+    model_bytes = 0
+    for file in (tiny / "model").iterdir():
+        s3.upload_file(str(file), "rayft-cache", f"models/tiny/{file.name}")
+        model_bytes += file.stat().st_size
+    return {"data_bytes": sum(map(len, parts)), "model_bytes": model_bytes, "bad_at": bad_at}
+
+
+def test_second_run_downloads_and_tokenizes_nothing(ray_cluster, bucket, tiny_spec):
+    spec = replace(tiny_spec, "model", path="s3://rayft-cache/models/tiny")
+    spec = replace(spec, "data", path="s3://rayft-cache/data/", overlong="drop")
+    spec = replace(spec, "train", max_steps=4, log_every=2, checkpoint_every=4, eval_every=None)
+
+    cold = run(spec.replace(name="cold")).summary
+    data, model = cold["caches"]["dataset"], cold["caches"]["model"]
+    assert (data["hit"], data["bytes_downloaded"], data["rows_tokenized"]) == (False, bucket["data_bytes"], 1000)
+    assert (model["source"], model["bytes_downloaded"]) == ("download", bucket["model_bytes"])
+    quality = cold["data_quality"]
+    assert quality["bad_rows"] == 5 and quality["bad_by_kind"] == {
+        "unparsable": 2,
+        "missing_field": 1,
+        "empty_completion": 1,
+        "too_long": 1,
+    }
+    line, kind = next(iter(bucket["bad_at"].items()))
+    where = {(e["kind"], e["location"]) for e in quality["examples"]}
+    assert (kind, f"s3://rayft-cache/data/part-0.jsonl.gz:{line}") in where, where
+    assert cold["steps"] == 4
+
+    warm = run(spec.replace(name="warm")).summary
+    data, model = warm["caches"]["dataset"], warm["caches"]["model"]
+    assert (data["hit"], data["bytes_downloaded"], data["rows_tokenized"]) == (True, 0, 0)
+    assert data["key"] == cold["caches"]["dataset"]["key"]
+    assert (model["source"], model["bytes_downloaded"]) == ("cache", 0)
+    assert warm["data_quality"] == quality, "the entry keeps the report of the rows it skipped"
+    assert warm["steps"] == 4 and warm["tokens"] > 0
+
+
+def test_a_change_in_the_key_misses_and_racing_fills_share_one_entry(ray_cluster, tiny_spec, tmp_path, capsys):
+    data = tmp_path / "train.jsonl"
+    shutil.copy(tiny_spec.data.path, data)
+    spec = replace(tiny_spec, "data", path=str(data), cache_uri=str(tmp_path / "cache"))
+
+    first = prepare(spec).cache
+    assert (first["hit"], first["rows_tokenized"]) == (False, 2000)
+    again = prepare(spec).cache
+    assert (again["hit"], again["rows_tokenized"], again["key"]) == (True, 0, first["key"])
+
+    longer = prepare(replace(spec, "data", max_seq_len=384)).cache
+    assert not longer["hit"] and longer["key"] != first["key"]
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_spec.model.path, model)
+    config = model / "tokenizer_config.json"
+    config.write_text(config.read_text().replace('"model_max_length"', '"padding_side": "left", "model_max_length"', 1))
+    retokenized = prepare(replace(spec, "model", path=str(model))).cache
+    assert not retokenized["hit"] and retokenized["rows_tokenized"] == 2000
+
+    racing = replace(spec, "data", cache_uri=str(tmp_path / "race"))
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(prepare(racing))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2, "both fills succeed"
+    entries = list((tmp_path / "race" / "datasets").iterdir())
+    assert len(entries) == 1
+    payloads = [p for p in entries[0].iterdir() if p.name.startswith("data-")]
+    assert len(payloads) == 1, "the loser removed its copy"
+    rows = [r.datasets["train"].count() for r in results]
+    assert rows[0] == rows[1] == results[0].cache["packed_rows"]["train"] > 0
+
+    assert main(["cache", "list", "--root", str(tmp_path / "race")]) == 0
+    assert entries[0].name[:8] in capsys.readouterr().out
+
+
+def test_shared_s3_cache_prefix(ray_cluster, s3_server, tiny_spec):
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="rayft-shared-cache")
+    spec = replace(tiny_spec, "data", cache_uri="s3://rayft-shared-cache/team-a")
+    cold, warm = prepare(spec), prepare(spec)
+    assert not cold.cache["hit"] and warm.cache["hit"] and warm.cache["rows_tokenized"] == 0
+    assert warm.cache["uri"].startswith("s3://rayft-shared-cache/team-a/datasets/")
+    assert warm.datasets["train"].count() == cold.cache["packed_rows"]["train"]
+
+
+def test_too_many_bad_rows_fail_with_the_report(ray_cluster, tiny_spec, tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    bad_at = write_dataset_with_bad_rows(path, rows=1000, bad=50)  # 5%
+    spec = replace(tiny_spec, "data", path=str(path), overlong="drop", cache_uri=str(tmp_path / "cache"))
+    with pytest.raises(DataQualityError) as info:
+        run(spec)
+    message = str(info.value)
+    assert "50 of 1000 rows are bad (5.0%, over data.max_bad_row_frac 1.0%)" in message
+    assert f"mixed.jsonl:{min(bad_at)} ({bad_at[min(bad_at)]}" in message
+    assert not any(Path(tmp_path / "cache" / "datasets").glob("*/entry.json")), "no entry for a failed fill"
+
+    streaming = prepare(replace(spec, "data", cache=False))
+    with pytest.raises(Exception, match=r"rows are bad .* over data.max_bad_row_frac"):
+        streaming.datasets["train"].materialize()

@@ -1,0 +1,97 @@
+"""Bad rows: each kind is recognised and located; the threshold decides skip or fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ray_jobs.data import TokenizeAndPack
+from ray_jobs.quality import BadRow, DataQualityError, QualityReport
+from ray_jobs.sources import split_records
+from ray_jobs.tiny import BAD_LINES, write_dataset_with_bad_rows
+
+
+@pytest.fixture
+def encoder(tiny_spec):
+    data = dataclasses.replace(tiny_spec.data, overlong="drop", max_seq_len=256)
+    return TokenizeAndPack(tiny_spec.model.path, None, data, "chat", ("train",), ledger=None)
+
+
+@pytest.mark.parametrize("kind", list(BAD_LINES))
+def test_each_bad_kind_is_named(encoder, kind):
+    with pytest.raises(BadRow) as info:
+        encoder.encode(BAD_LINES[kind], QualityReport())
+    assert info.value.kind == kind
+
+
+def test_overlong_rows_are_truncated_and_counted_by_default(encoder):
+    truncating = TokenizeAndPack.__new__(TokenizeAndPack)
+    truncating.__dict__.update(encoder.__dict__, data=dataclasses.replace(encoder.data, overlong="truncate"))
+    report = QualityReport()
+    ids, _ = truncating.encode(BAD_LINES["too_long"], report)
+    assert len(ids) > 256 and report.truncated == 1 and report.bad_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("[1, 2]", "unparsable"),
+        (json.dumps({"messages": "hello"}), "missing_field"),
+        (json.dumps({"messages": [{"role": "robot", "content": "x"}]}), "missing_field"),
+        (json.dumps({"messages": [{"role": "user", "content": "only a question"}]}), "empty_completion"),
+    ],
+)
+def test_more_bad_shapes(encoder, line, kind):
+    with pytest.raises(BadRow) as info:
+        encoder.encode(line, QualityReport())
+    assert info.value.kind == kind
+
+
+def test_report_skips_below_the_threshold_and_fails_above_naming_the_lines(tmp_path, encoder):
+    path = tmp_path / "mixed.jsonl"
+    bad_at = write_dataset_with_bad_rows(path, rows=400, bad=20)  # 5%
+    report = QualityReport()
+    for record in split_records({"path": str(path), "bytes": path.read_bytes()}, "json"):
+        report.rows += 1
+        try:
+            encoder.encode(record["record"], report)
+        except BadRow as bad:
+            report.record(bad, f"{record['source']}:{record['line']}")
+
+    assert report.rows == 400 and report.bad_rows == 20
+    assert dict(report.bad) == {k: list(bad_at.values()).count(k) for k in set(bad_at.values())}
+    report.check(0.06)  # 5% <= 6%: skipped
+    with pytest.raises(DataQualityError) as info:
+        report.check(0.01)
+    first = min(bad_at)
+    assert f"mixed.jsonl:{first} ({bad_at[first]}" in str(info.value)
+    assert "20 of 400 rows are bad (5.0%" in str(info.value)
+    assert "data.max_bad_row_frac" in str(info.value)
+
+
+def test_report_keeps_a_few_examples_per_kind_and_round_trips():
+    report, part = QualityReport(), QualityReport(rows=100)
+    for i in range(9):
+        part.record(BadRow("unparsable", "x"), f"f:{i}")
+    report.add(part)
+    report.add(part)
+    assert report.bad["unparsable"] == 18 and len(report.examples) == 5
+    assert QualityReport.from_dict(report.to_dict()).to_dict() == report.to_dict()
+
+
+def test_records_carry_file_and_line(tmp_path):
+    jsonl = b'{"a": 1}\n\n{"a": 2}\nnot json\n'
+    rows = split_records({"path": "s3://b/x.jsonl.gz", "bytes": jsonl}, "json")
+    assert [(r["line"], r["record"]) for r in rows] == [(1, '{"a": 1}'), (3, '{"a": 2}'), (4, "not json")]
+    rows = split_records({"path": "x.json", "bytes": b'[{"a": 1}, {"a": 2}]'}, "json")
+    assert [json.loads(r["record"]) for r in rows] == [{"a": 1}, {"a": 2}]
+    rows = split_records({"path": "x.csv", "bytes": b"prompt,completion\nhi,42\n"}, "csv")
+    assert json.loads(rows[0]["record"]) == {"prompt": "hi", "completion": "42"}  # text stays text
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"text": ["a", "b"]}), sink)
+    rows = split_records({"path": "x.parquet", "bytes": sink.getvalue().to_pybytes()}, "parquet")
+    assert [(r["line"], json.loads(r["record"])) for r in rows] == [(1, {"text": "a"}), (2, {"text": "b"})]
