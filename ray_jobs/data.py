@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.formats import BadRowError, detect_format, to_text, to_turns
 from ray_jobs.packing import Example, pack
 from ray_jobs.quality import BadRow, DataQualityError, QualityReport
@@ -55,7 +56,16 @@ def in_eval_split(record: str, val_fraction: float) -> bool:
 class TokenizeAndPack:
     """Ray Data UDF (run as an actor): records -> packed, fixed-length token rows with a ``split`` column."""
 
-    def __init__(self, model_path: str, revision: str | None, data: DataSpec, fmt: str, splits: tuple[Split, ...], ledger: Any):
+    def __init__(
+        self,
+        model_path: str,
+        revision: str | None,
+        data: DataSpec,
+        fmt: str,
+        splits: tuple[Split, ...],
+        ledger: Any,
+        chaos: Chaos = NO_CHAOS,
+    ):
         from transformers import AutoTokenizer
 
         from ray_jobs.model_cache import fetch_model
@@ -64,11 +74,12 @@ class TokenizeAndPack:
         tokenizer = AutoTokenizer.from_pretrained(fetch_model(model_path, revision).path)
         self.encoder = ChatEncoder(tokenizer, data.chat_template, data.train_on_completions_only)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
-        self.data, self.fmt, self.splits, self.ledger = data, fmt, splits, ledger
+        self.data, self.fmt, self.splits, self.ledger, self.chaos = data, fmt, splits, ledger, chaos
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
         import ray
 
+        self.chaos.slow_tokenizer()
         report = QualityReport()
         examples: dict[str, list[Example]] = {split: [] for split in self.splits}
         for source, line, record in zip(*(batch.column(c).to_pylist() for c in ("source", "line", "record"))):
@@ -118,11 +129,16 @@ class TokenizeAndPack:
         return rows
 
 
-def tokenize(data: DataSpec, model_path: str, revision: str | None, splits: tuple[Split, ...], ledger: Any) -> ray.data.Dataset:
+def tokenize(
+    data: DataSpec, model_path: str, revision: str | None, splits: tuple[Split, ...], ledger: Any, chaos: Chaos = NO_CHAOS
+) -> ray.data.Dataset:
     """The records of ``splits`` as a lazy, streaming dataset of packed rows."""
     import ray.data
 
-    return read_records(data.path).map_batches(
+    # A file arrives as one block of records; cut it into tokenizer-sized blocks so that every actor
+    # gets work and each packed batch streams on as soon as it is ready.
+    records = read_records(data.path).repartition(target_num_rows_per_block=data.tokenize_batch_size)
+    return records.map_batches(
         TokenizeAndPack,
         fn_constructor_kwargs={
             "model_path": model_path,
@@ -131,6 +147,7 @@ def tokenize(data: DataSpec, model_path: str, revision: str | None, splits: tupl
             "fmt": resolve_format(data),
             "splits": splits,
             "ledger": ledger,
+            "chaos": chaos,
         },
         batch_format="pyarrow",
         batch_size=data.tokenize_batch_size,

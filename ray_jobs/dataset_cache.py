@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_jobs import cache
+from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.data import TOKEN_COLUMNS, new_ledger, resolve_format, tokenize
 from ray_jobs.model_cache import fetch_model
 from ray_jobs.quality import QualityReport
@@ -60,13 +61,13 @@ class Prepared:
         return self.quality if self.quality is not None else ray.get(self.ledger.get.remote())
 
 
-def prepare(spec: FineTuneSpec) -> Prepared:
+def prepare(spec: FineTuneSpec, chaos: Chaos = NO_CHAOS) -> Prepared:
     """The train (and eval) datasets: from the cache (filling it on a miss), or streaming."""
     data, splits = spec.data, ("train", "eval") if spec.data.val_fraction > 0 else ("train",)
     start = time.perf_counter()
     if not data.cache:
         ledger = new_ledger(data, fail_early=True)
-        datasets = {s: tokenize(data, spec.model.path, spec.model.revision, (s,), ledger) for s in splits}
+        datasets = {s: tokenize(data, spec.model.path, spec.model.revision, (s,), ledger, chaos) for s in splits}
         datasets = {s: ds.select_columns(TOKEN_COLUMNS) for s, ds in datasets.items()}
         if "eval" in datasets:
             datasets["eval"] = datasets["eval"].materialize()
@@ -78,7 +79,7 @@ def prepare(spec: FineTuneSpec) -> Prepared:
     meta = cache.manifest(entry)
     hit = meta is not None
     if meta is None:
-        meta = _fill(spec, entry, parts, splits)
+        meta = _fill(spec, entry, parts, splits, chaos)
     else:
         cache.record_hit(entry)
     payload = cache.payload_of(entry, meta)
@@ -132,14 +133,14 @@ def tokenizer_fingerprint(model_dir: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def _fill(spec: FineTuneSpec, entry: Any, parts: dict[str, Any], splits: tuple[str, ...]) -> dict[str, Any]:
+def _fill(spec: FineTuneSpec, entry: Any, parts: dict[str, Any], splits: tuple[str, ...], chaos: Chaos) -> dict[str, Any]:
     import ray
 
     data = spec.data
     ledger = new_ledger(data, fail_early=False)
     payload = cache.new_payload(entry)
     try:
-        tokens = tokenize(data, spec.model.path, spec.model.revision, splits, ledger)  # type: ignore[arg-type]
+        tokens = tokenize(data, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
         tokens.write_parquet(payload.path, filesystem=payload.fs, partition_cols=["split"], **_on_this_node(entry))
         report: QualityReport = ray.get(ledger.get.remote())
         report.check(data.max_bad_row_frac)

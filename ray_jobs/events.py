@@ -14,14 +14,15 @@ from typing import Any, Literal
 
 from ray.train import UserCallback
 
-EventKind = Literal["phase", "progress", "failure", "summary"]
+EventKind = Literal["phase", "progress", "failure", "diagnosis", "summary"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Event:
     kind: EventKind
     """``phase`` (the job moved on: ``data``, ``training``, ``export``), ``progress`` (metrics of a
-    report), ``failure`` (a worker failed; Ray Train restarts from the last checkpoint) or ``summary``."""
+    report), ``failure`` (a worker failed; Ray Train restarts from the last checkpoint), ``diagnosis``
+    (a bottleneck found: ``kind``, ``message``, ``cost_s``; see ``ray_jobs.diagnosis``) or ``summary``."""
     data: dict[str, Any]
     time: float = dataclasses.field(default_factory=time.time)
 

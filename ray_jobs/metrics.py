@@ -1,48 +1,93 @@
-"""Throughput between reports: one meter, read by the train loop at each report.
+"""Where each step's time goes, measured on every worker and read at each report.
 
-The loop wraps its phases in ``meter.phase("data")`` / ``meter.phase("compute")`` and counts what
-each step trained with ``meter.add``; ``meter.window()`` returns rates since the last window.
-Host clocks: time blocked waiting for data is exact; GPU compute is measured up to the
-synchronisation that the loss all-reduce forces at each step.
+The loop wraps every part of a step in ``meter.phase(name)`` and closes the step with
+``meter.end_step(counts)``. Host phases (waiting for data, checkpoint, eval, report: the host is
+blocked anyway) use the host clock. GPU phases (``gpu=True``: host-to-device copy, forward and
+backward, optimizer) are timed with CUDA events on the current stream, never with host clocks
+around asynchronous work; the events are resolved at the next report, when the loop has synced.
+On CPU every phase is synchronous and uses the host clock.
+
+``meter.window()`` returns the finished steps since the last window, one record each::
+
+    {"wall": s, "phases": {name: s}, "tokens": n, "processed": n, "samples": n, "attn_ctx": n}
+
+``tokens`` are real (non-padding) tokens, ``processed`` what the model ran on (real + padding), and
+``attn_ctx`` the sum over real tokens of their causal context length (for attention FLOPs); all
+summed over workers. The rates the progress bar shows come from the same records.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+PHASES = ("data_wait", "h2d", "forward_backward", "optimizer", "checkpoint", "eval", "report")
 
 
 class StepMeter:
-    def __init__(self) -> None:
-        self._start = time.perf_counter()
-        self._phases: dict[str, float] = defaultdict(float)
-        self._tokens = self._samples = self._steps = 0
+    def __init__(self, device: Any = None):
+        self.cuda = device is not None and getattr(device, "type", "cpu") == "cuda"
+        self._done: list[dict[str, Any]] = []
+        self._host: dict[str, float] = {}
+        self._events: list[tuple[str, Any, Any]] = []
+        self._t0 = time.perf_counter()
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
+    def phase(self, name: str, gpu: bool = False) -> Iterator[None]:
+        if gpu and self.cuda:
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                yield
+            finally:
+                end.record()
+                self._events.append((name, start, end))
+            return
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self._phases[name] += time.perf_counter() - t0
+            self._host[name] = self._host.get(name, 0.0) + time.perf_counter() - t0
 
-    def add(self, tokens: int, samples: int) -> None:
-        """One optimizer step over ``tokens`` real (non-padding) tokens and ``samples`` examples (all workers)."""
-        self._tokens += tokens
-        self._samples += samples
-        self._steps += 1
-
-    def window(self) -> dict[str, float]:
-        """Rates since the previous call, then start a new window."""
+    def end_step(self, tokens: int, processed: int, samples: int, attn_ctx: int) -> None:
+        """Close the step that began at the previous ``end_step`` (or at construction)."""
         now = time.perf_counter()
-        elapsed = max(now - self._start, 1e-9)
-        stats = {
-            "tokens_per_s": self._tokens / elapsed,
-            "samples_per_s": self._samples / elapsed,
-            "step_time_s": elapsed / max(self._steps, 1),
-            "data_wait_frac": self._phases["data"] / elapsed,
+        self._done.append(
+            {
+                "wall": now - self._t0,
+                "phases": self._host,
+                "events": self._events,
+                "tokens": tokens,
+                "processed": processed,
+                "samples": samples,
+                "attn_ctx": attn_ctx,
+            }
+        )
+        self._host, self._events, self._t0 = {}, [], now
+
+    def window(self) -> dict[str, Any]:
+        """Rates over the steps finished since the last window, and their records."""
+        if self.cuda and any(s["events"] for s in self._done):
+            import torch
+
+            torch.cuda.synchronize()
+        steps = []
+        for s in self._done:
+            phases = dict(s.pop("phases"))
+            for name, start, end in s.pop("events"):
+                phases[name] = phases.get(name, 0.0) + start.elapsed_time(end) / 1e3
+            steps.append({**s, "phases": phases})
+        self._done = []
+        wall = sum(s["wall"] - s["phases"].get("eval", 0.0) for s in steps) or 1e-9  # training time: evaluation apart
+        data_wait = sum(s["phases"].get("data_wait", 0.0) for s in steps)
+        return {
+            "tokens_per_s": sum(s["tokens"] for s in steps) / wall,
+            "samples_per_s": sum(s["samples"] for s in steps) / wall,
+            "step_time_s": wall / max(len(steps), 1),
+            "data_wait_frac": data_wait / wall,
+            "step_timing": steps,
         }
-        self.__init__()  # type: ignore[misc]
-        return stats

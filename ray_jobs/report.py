@@ -31,7 +31,9 @@ def to_proto(event: Event) -> pb.JobEvent:
     if event.kind == "progress":
         message.progress.CopyFrom(pb.Progress(**progress_from_metrics(event.data)))
     elif event.kind == "phase":
-        message.phase.CopyFrom(pb.Phase(phase=event.data["phase"]))
+        message.phase.CopyFrom(pb.Phase(phase=event.data["phase"], detail=event.data.get("detail", "")))
+    elif event.kind == "diagnosis":
+        message.diagnosis.CopyFrom(pb.Diagnosis(**event.data))
     elif event.kind == "failure":
         message.failure.CopyFrom(pb.Failure(errors=event.data["errors"]))
     elif event.kind == "summary":

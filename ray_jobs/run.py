@@ -4,8 +4,10 @@
 ``{output.dir}/{name}`` ends up holding::
 
     adapter/          PEFT adapter (adapter_config.json, adapter_model.safetensors) + tokenizer
-    summary.json      steps, tokens, losses, wall time, tokens/s, time to first step, restarts
-    metrics.jsonl     every event of the run (progress reports, failures)
+    summary.json      steps, tokens, losses, the phase table, tokens/s, MFU, the diagnosis, caches, bad rows
+    metrics.jsonl     every event of the run (progress reports with per-step timing, failures, diagnoses)
+    report.png        loss, tokens/s over time and where the time went (``ray_jobs.visuals``)
+    tensorboard/      the same as TensorBoard scalars
     ray/              Ray Train's run storage (checkpoints); a re-run of an unfinished job resumes here
 """
 
@@ -23,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ray_jobs import preflight, storage
+from ray_jobs.chaos import NO_CHAOS, Chaos
+from ray_jobs.diagnosis import diagnose, verdict
 from ray_jobs.events import Event
+from ray_jobs.profile import JobProfile
 from ray_jobs.spec import FineTuneSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -47,53 +52,133 @@ def run(
     on_event: EventSink | None = None,
     fail_at_step: int | None = None,
     overwrite: bool = False,
+    chaos: Chaos = NO_CHAOS,
 ) -> JobResult:
-    """Run ``spec`` to completion on Ray (a local cluster unless ``address``); raise on failure."""
+    """Run ``spec`` to completion on Ray (a local cluster unless ``address``); raise on failure.
+
+    ``chaos`` injects slowdowns for tests of the diagnosis (``ray_jobs.chaos``).
+    """
     start = time.time()
-    preflight.check(spec)
-    spec = preflight.absolute_paths(spec)
-    run_dir = storage.location(spec.run_dir)
-    _claim_run_dir(run_dir, overwrite)
+    profile = JobProfile(start)
+    with profile.phase("preflight"):
+        preflight.check(spec)
+        spec = preflight.absolute_paths(spec)
+        run_dir = storage.location(spec.run_dir)
+        _claim_run_dir(run_dir, overwrite)
     # Files are written locally, then uploaded when the run dir is remote (s3://).
     staging = Path(run_dir.path) if run_dir.is_local else Path(tempfile.mkdtemp(prefix="rayft-run-"))
+    job = _Job(spec, run_dir, staging, profile, on_event or (lambda event: None), chaos)
     try:
-        return _run(spec, run_dir, staging, start, on_event or (lambda event: None), address, fail_at_step)
+        return job.run(address, fail_at_step)
     finally:
         run_dir.upload(staging)
 
 
-def _run(
-    spec: FineTuneSpec,
-    run_dir: storage.Location,
-    staging: Path,
-    start: float,
-    emit: EventSink,
-    address: str | None,
-    fail_at_step: int | None,
-) -> JobResult:
+@dataclasses.dataclass
+class _Job:
+    spec: FineTuneSpec
+    run_dir: storage.Location
+    staging: Path
+    profile: JobProfile
+    emit: EventSink
+    chaos: Chaos
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    diagnosed: set[str] = dataclasses.field(default_factory=set)
 
-    emit(Event("phase", {"phase": "connect"}))
-    connect(address, spec)
-    import ray
+    def run(self, address: str | None, fail_at_step: int | None) -> JobResult:
+        spec, profile, emit = self.spec, self.profile, self.emit
+        emit(Event("phase", {"phase": "connect"}))
+        with profile.phase("connect"):
+            connect(address, spec)
+            import ray
+            from ray.util.queue import Queue
+
+            from ray_jobs.dataset_cache import prepare
+            from ray_jobs.model_cache import fetch_model
+            from ray_jobs.train_loop import LoopConfig
+
+        emit(Event("phase", {"phase": "model", "detail": f"fetching {spec.model.path}"}))
+        with profile.phase("model_fetch"):
+            model = fetch_model(spec.model.path, spec.model.revision)
+        emit(Event("phase", {"phase": "data", "detail": f"model: {_describe_fetch(model)}"}))
+        with profile.phase("data_prepare"):
+            prepared = prepare(spec, self.chaos)
+            total_steps = spec.train.max_steps or _count_steps(spec, prepared.datasets)
+        loop = LoopConfig(
+            spec, total_steps, profile.start, has_eval="eval" in prepared.datasets, fail_at_step=fail_at_step, chaos=self.chaos
+        )
+
+        with profile.phase("trainer_setup"):
+            queue = Queue()
+            trainer = _trainer(spec, loop, prepared.datasets, self.run_dir, queue)
+        emit(Event("phase", {"phase": "training", "total_steps": total_steps, "detail": _describe_cache(prepared.cache)}))
+        with (self.staging / "metrics.jsonl").open("a") as metrics_log:
+            self.metrics_log = metrics_log
+            profile.fit_start = time.time()
+            result = _fit_while_forwarding(trainer, queue, self.record)
+            profile.fit_end = result.end
+        emit(Event("phase", {"phase": "export"}))
+        with profile.phase("export"):
+            ray.kill(queue.actor)
+            if result.error is not None:
+                raise result.error
+            quality = prepared.quality_report()
+            quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
+            _export(result.checkpoint, spec, self.staging / "adapter")
+        adapter_uri = self.run_dir.child("adapter").uri
+        summary = summarize(spec, self.history, profile, adapter_uri)
+        summary["caches"] = {"dataset": prepared.cache, "model": model.to_dict()}
+        summary["data_quality"] = quality.to_dict()
+        for finding in summary["diagnosis"]:
+            self._diagnosed(finding)
+        self._write_outputs(summary)
+        emit(Event("summary", summary))
+        return JobResult(self.run_dir.uri, adapter_uri, summary, self.staging)
+
+    def record(self, event: Event) -> None:
+        """Log, profile and pass on one event from the trainer; name a bottleneck as soon as it shows."""
+        self.history.append(event.to_dict())
+        self.metrics_log.write(json.dumps(self.history[-1]) + "\n")
+        self.metrics_log.flush()
+        self.emit(event)
+        if event.kind == "progress":
+            self.profile.add(event.data)
+            steps, total = len(self.profile.steps), event.data.get("total_steps") or 0
+            if steps >= max(10, total // 5):  # enough steady steps to judge
+                for finding in diagnose(self.profile, self.spec, time.time() - self.profile.start):
+                    if finding.kind != "warmup":  # warm-up is only known once steady state is
+                        self._diagnosed(finding.to_dict())
+
+    def _diagnosed(self, finding: dict[str, Any]) -> None:
+        if finding["kind"] not in self.diagnosed:
+            self.diagnosed.add(finding["kind"])
+            event = Event("diagnosis", finding)
+            self.history.append(event.to_dict())
+            self.emit(event)
+
+    def _write_outputs(self, summary: dict[str, Any]) -> None:
+        """summary.json, TensorBoard scalars and report.png; the time they take joins the phase table."""
+        from ray_jobs.visuals import write_png, write_tensorboard
+
+        t0 = time.time()
+        write_tensorboard(self.history, summary, self.staging / "tensorboard")
+        write_png(self.history, summary, self.staging / "report.png")
+        phases = summary["timing"]["phases"]
+        phases.pop("other")
+        phases["write_reports"] = time.time() - t0
+        summary["wall_time_s"] = time.time() - self.profile.start
+        phases["other"] = summary["wall_time_s"] - sum(phases.values())
+        (self.staging / "summary.json").write_text(json.dumps(summary, indent=2))
+
+
+def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: storage.Location, queue: Any) -> Any:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-    from ray.util.queue import Queue
 
-    from ray_jobs.dataset_cache import prepare
     from ray_jobs.events import ForwardReports
-    from ray_jobs.model_cache import fetch_model
-    from ray_jobs.train_loop import LoopConfig, train_loop_per_worker
+    from ray_jobs.train_loop import train_loop_per_worker
 
-    emit(Event("phase", {"phase": "model", "detail": f"fetching {spec.model.path}"}))
-    model = fetch_model(spec.model.path, spec.model.revision)
-    emit(Event("phase", {"phase": "data", "detail": f"model: {_describe_fetch(model)}"}))
-    prepared = prepare(spec)
-    datasets = prepared.datasets
-    total_steps = spec.train.max_steps or _count_steps(spec, datasets)
-    loop = LoopConfig(spec, total_steps, start, has_eval="eval" in datasets, fail_at_step=fail_at_step)
-
-    queue = Queue()
-    trainer = TorchTrainer(
+    return TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"loop": loop},
         scaling_config=ScalingConfig(
@@ -111,32 +196,6 @@ def _run(
         ),
         datasets=datasets,
     )
-    emit(Event("phase", {"phase": "training", "total_steps": total_steps, "detail": _describe_cache(prepared.cache)}))
-    history: list[dict[str, Any]] = []
-    with (staging / "metrics.jsonl").open("a") as metrics_log:
-
-        def record(event: Event) -> None:
-            history.append(event.to_dict())
-            metrics_log.write(json.dumps(history[-1]) + "\n")
-            metrics_log.flush()
-            emit(event)
-
-        result = _fit_while_forwarding(trainer, queue, record)
-    ray.kill(queue.actor)
-    if result.error is not None:
-        raise result.error
-    quality = prepared.quality_report()
-    quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
-
-    emit(Event("phase", {"phase": "export"}))
-    _export(result.checkpoint, spec, staging / "adapter")
-    adapter_uri = run_dir.child("adapter").uri
-    summary = summarize(spec, history, start, adapter_uri)
-    summary["caches"] = {"dataset": prepared.cache, "model": model.to_dict()}
-    summary["data_quality"] = quality.to_dict()
-    (staging / "summary.json").write_text(json.dumps(summary, indent=2))
-    emit(Event("summary", summary))
-    return JobResult(run_dir.uri, adapter_uri, summary, staging)
 
 
 def _describe_fetch(model: Any) -> str:
@@ -223,15 +282,17 @@ def _fit_while_forwarding(trainer: Any, queue: Any, sink: EventSink) -> Any:
 
 def _fit(trainer: Any) -> Any:
     try:
-        return trainer.fit()
+        result = trainer.fit()
+        return _Fitted(result.error, result.checkpoint)
     except Exception as exc:  # TrainingFailedError etc.: re-raised on the caller's thread
-        return _Failed(exc)
+        return _Fitted(exc)
 
 
 @dataclasses.dataclass
-class _Failed:
-    error: Exception
+class _Fitted:
+    error: Exception | None
     checkpoint: Any = None
+    end: float = dataclasses.field(default_factory=time.time)
 
 
 def _export(checkpoint: Any, spec: FineTuneSpec, target: Path) -> None:
@@ -247,12 +308,14 @@ def _export(checkpoint: Any, spec: FineTuneSpec, target: Path) -> None:
     AutoTokenizer.from_pretrained(fetch_model(spec.model.path, spec.model.revision).path).save_pretrained(target)
 
 
-def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], start: float, adapter_dir: str) -> dict[str, Any]:
+def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], profile: JobProfile, adapter_dir: str) -> dict[str, Any]:
     progress = [e for e in history if e["kind"] == "progress"]
     trained = [e for e in progress if "loss" in e]
     evals = [e["eval_loss"] for e in progress if "eval_loss" in e]
     last = trained[-1] if trained else {}
-    wall = time.time() - start
+    wall = time.time() - profile.start
+    efficiency = profile.efficiency()
+    findings = diagnose(profile, spec, wall)
     return {
         "name": spec.name,
         "steps": last.get("step", 0),
@@ -264,12 +327,18 @@ def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], start: float, a
         "wall_time_s": wall,
         "time_to_first_step_s": last.get("time_to_first_step_s"),
         "tokens_per_s": last.get("tokens", 0) / wall,
-        "steady_tokens_per_s": last.get("tokens_per_s"),
+        "steady_tokens_per_s": efficiency["tokens_per_s"],
+        "mfu": efficiency["mfu"],
         "gpu_mem_peak_gb": last.get("gpu_mem_peak_gb"),
         "layout": last.get("layout"),
         "quantized_layers": last.get("quantized_layers"),
         "restarts": sum(e["kind"] == "failure" for e in history),
         "reported_steps": [e["step"] for e in trained],
+        "timing": {"phases": profile.breakdown(wall), "warmup_steps": profile.warmup_steps()},
+        "efficiency": efficiency,
+        "diagnosis": [f.to_dict() for f in findings],
+        "bottleneck": findings[0].kind if findings else None,
+        "verdict": verdict(findings),
         "adapter_dir": adapter_dir,
         "spec": spec.to_dict(),
     }

@@ -9,6 +9,7 @@ ranks take the same decisions, so all call ``ray.train.report`` the same number 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -18,10 +19,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ray_jobs import checkpoint, parallel
+from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.packing import trim_padding
+from ray_jobs.profile import model_shape, peak_flops
 from ray_jobs.spec import FineTuneSpec, TrainSpec
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,8 @@ class LoopConfig:
     has_eval: bool = False
     fail_at_step: int | None = None
     """Chaos testing: rank 1 (or 0 alone) raises once after this step; Ray Train must recover."""
+    chaos: Chaos = NO_CHAOS
+    """Test-only slowdowns that inject the bottlenecks the diagnosis must name."""
 
 
 class InjectedFailure(RuntimeError):
@@ -56,40 +61,45 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
     torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and newer
+    setup: dict[str, Any] = {"worker_start_ts": time.time()}
 
     # -- set up -----------------------------------------------------------------------------
-    model = apply_lora(load_base(spec, device), spec)
-    trainable, total = count_parameters(model)
-    model = parallel.wrap(model, spec.scaling.strategy)
-    layout = parallel.describe(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
-    scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
-    resumed = ray.train.get_checkpoint()
-    state = checkpoint.load(resumed, model, optimizer, scheduler) if resumed else TrainState()
+    with _timed(setup, "model_load_s"):
+        model = apply_lora(load_base(spec, device), spec)
+        trainable, total = count_parameters(model)
+        shape = model_shape(model, train.gradient_checkpointing)
+        model = parallel.wrap(model, spec.scaling.strategy)
+        layout = parallel.describe(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
+        scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
+    with _timed(setup, "resume_s"):
+        resumed = ray.train.get_checkpoint()
+        state = checkpoint.load(resumed, model, optimizer, scheduler) if resumed else TrainState()
     log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
 
     shard = ray.train.get_dataset_shard("train")
     batches = _micro_batches(shard, spec, state, device)
-    meter = StepMeter()
     first_step_s: float | None = None
     accum = spec.grad_accum_steps
     model.train()
+    about = {"trainable_params": trainable, "model_shape": shape, "peak_flops": peak_flops(device), "world_size": world, **layout}
     if cfg.has_eval and state.step == 0:  # the baseline the run is judged against
-        ray.train.report(
-            {
-                "step": 0,
-                "total_steps": cfg.total_steps,
-                "eval_loss": evaluate(model, ray.train.get_dataset_shard("eval"), spec, device),
-            }
-        )
+        with _timed(setup, "first_eval_s"):
+            eval_loss = evaluate(model, ray.train.get_dataset_shard("eval"), spec, device)
+            ray.train.report({"step": 0, "total_steps": cfg.total_steps, "eval_loss": eval_loss, **about})
+    setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
+    meter = StepMeter(device)
 
     # -- steps ------------------------------------------------------------------------------
     while state.step < cfg.total_steps:
-        with meter.phase("data"):
+        with meter.phase("data_wait"):
             group = [next(batches) for _ in range(accum)]
-        with meter.phase("compute"):
-            counts = _all_reduce(_count(group))  # [label tokens, real tokens, examples], all workers
+        counts = _count(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
+        with meter.phase("h2d", gpu=True):
+            group = [{k: v.to(device, non_blocking=True) for k, v in b.items()} for b in group]
+            counts = _all_reduce(counts.to(device)).cpu()
+        with meter.phase("forward_backward", gpu=True):
             tokens_per_rank = counts[0].clamp(min=1) / world  # HF loss: sum over tokens / this = global mean
             loss_sum = torch.zeros((), device=device)
             for i, batch in enumerate(group):
@@ -98,11 +108,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                         input_ids=batch["input_ids"],
                         position_ids=batch["position_ids"],
                         labels=batch["labels"],
-                        num_items_in_batch=tokens_per_rank,
+                        num_items_in_batch=tokens_per_rank.to(device),
                         use_cache=False,
                     )
                 out.loss.backward()
                 loss_sum += out.loss.detach()
+            cfg.chaos.slow_step(state.step + 1)
+        with meter.phase("optimizer", gpu=True):
             if train.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
             optimizer.step()
@@ -112,7 +124,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         state.step += 1
         state.tokens += int(counts[1])
         state.samples += int(counts[2])
-        meter.add(int(counts[1]), int(counts[2]))
         if first_step_s is None:
             first_step_s = time.time() - cfg.start_time
         if cfg.fail_at_step == state.step and rank == min(1, world - 1):
@@ -120,7 +131,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
         last = state.step == cfg.total_steps
         metrics: dict[str, Any] = {}
-        if state.step % train.log_every == 0 or last:
+        if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or last):
+            with meter.phase("eval"):
+                metrics["eval_loss"] = evaluate(model, ray.train.get_dataset_shard("eval"), spec, device)
+        ckpt = None
+        if state.step % train.checkpoint_every == 0 or last:
+            with meter.phase("checkpoint"):
+                ckpt = checkpoint.save(model, optimizer, scheduler, state)
+                cfg.chaos.slow_checkpoint()
+            metrics["checkpoint"] = True
+        if state.step % train.log_every == 0 or last or metrics:
             metrics = {
                 "step": state.step,
                 "total_steps": cfg.total_steps,
@@ -130,27 +150,33 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 "tokens": state.tokens,
                 "samples": state.samples,
                 "time_to_first_step_s": first_step_s,
-                "trainable_params": trainable,
-                **layout,
-                **meter.window(),
+                **about,
+                **metrics,
             }
+            if setup:
+                metrics["setup"], setup = setup, {}
             if device.type == "cuda":
                 metrics["gpu_mem_peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-        if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or last):
-            metrics = {
-                "step": state.step,
-                "total_steps": cfg.total_steps,
-                **metrics,
-                "eval_loss": evaluate(model, ray.train.get_dataset_shard("eval"), spec, device),
-            }
-        ckpt = None
-        if state.step % train.checkpoint_every == 0 or last:
-            ckpt = checkpoint.save(model, optimizer, scheduler, state)
-            metrics = {"step": state.step, "total_steps": cfg.total_steps, **metrics, "checkpoint": True}
-        if metrics:
-            # SYNC: report() returns once the controller has taken the previous report, so a crash loses
-            # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
-            ray.train.report(metrics, checkpoint=ckpt)
+                metrics["gpu_mem_total_gb"] = torch.cuda.get_device_properties(device).total_memory / 2**30
+        with meter.phase("report"):
+            if metrics:
+                # SYNC: report() returns once the controller has taken the previous report, so a crash loses
+                # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
+                ray.train.report({**metrics, **meter.window()}, checkpoint=ckpt)
+        meter.end_step(tokens=int(counts[1]), processed=int(counts[3]), samples=int(counts[2]), attn_ctx=int(counts[4]))
+    # The last step's record (its report included) goes out with one closing report on every rank.
+    ray.train.report(
+        {"step": state.step, "total_steps": cfg.total_steps, "final": True, "worker_end_ts": time.time(), **meter.window()}
+    )
+
+
+@contextlib.contextmanager
+def _timed(into: dict[str, float], key: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[key] = time.perf_counter() - t0
 
 
 def _micro_batches(shard: Any, spec: FineTuneSpec, state: TrainState, device: Any) -> Iterator[dict[str, Any]]:
@@ -164,7 +190,8 @@ def _micro_batches(shard: Any, spec: FineTuneSpec, state: TrainState, device: An
             prefetch_batches=spec.data.prefetch_batches,
             drop_last=True,
             dtypes=torch.long,
-            device=device,
+            device="cpu",  # the loop copies each micro-batch itself, timed as host-to-device
+            pin_memory=device.type == "cuda",
         )
         for index, batch in enumerate(batches):
             seen += 1
@@ -190,12 +217,27 @@ def _inject_failure(spec: FineTuneSpec, step: int, rank: int) -> None:
 
 
 def _count(group: list[dict[str, Any]]) -> Any:
+    """This worker's [label tokens, real tokens, examples, processed tokens, attention context] of one step.
+
+    Attention context: each real token attends to its position + 1 tokens (causal, within its
+    example), the figure attention FLOPs scale with.
+    """
     import torch
 
-    label_tokens = sum((b["labels"] != -100).sum() for b in group)
-    real_tokens = sum(b["num_tokens"].sum() for b in group)
-    examples = sum(b["num_examples"].sum() for b in group)
-    return torch.stack([label_tokens, real_tokens, examples]).to(torch.float64)
+    out = torch.zeros(5, dtype=torch.float64)
+    for b in group:
+        real = torch.arange(b["input_ids"].shape[1]) < b["num_tokens"][:, None]
+        out += torch.tensor(
+            [
+                (b["labels"] != -100).sum(),
+                b["num_tokens"].sum(),
+                b["num_examples"].sum(),
+                b["input_ids"].numel(),
+                ((b["position_ids"] + 1) * real).sum(),
+            ],
+            dtype=torch.float64,
+        )
+    return out
 
 
 def evaluate(model: Any, shard: Any, spec: FineTuneSpec, device: Any) -> float:

@@ -62,6 +62,8 @@ class ProgressView:
             self.progress.update(self.task, completed=data.get("step", 0), total=data.get("total_steps"))
         elif event.kind == "state":
             self.stats["phase"] = data["state"].lower() + (f": {data['message']}" if data.get("message") else "")
+        elif event.kind == "diagnosis":
+            self.console.print(f"[yellow]diagnosis ({data['kind']}): {data['message']}")
         elif event.kind == "failure" and "job" in data["errors"]:
             self.console.print(f"[red]job failed: {data['errors']['job']}")
         elif event.kind == "failure":
@@ -78,7 +80,8 @@ class ProgressView:
             ("eval loss (start -> end)", f"{_fmt(summary['initial_eval_loss'])} -> {_fmt(summary['eval_loss'])}"),
             ("wall time", f"{summary['wall_time_s']:.1f} s"),
             ("time to first step", f"{_fmt(summary['time_to_first_step_s'], '.1f')} s"),
-            ("tokens/s (steady, last window)", _fmt(summary["steady_tokens_per_s"], ",.0f")),
+            ("tokens/s (steady state)", _fmt(summary["steady_tokens_per_s"], ",.0f")),
+            *_efficiency_rows(summary),
             ("worker restarts", str(summary["restarts"])),
             *_cache_rows(summary),
             ("adapter", summary["adapter_dir"]),
@@ -87,7 +90,37 @@ class ProgressView:
             rows.insert(7, ("peak GPU memory", f"{summary['gpu_mem_peak_gb']:.1f} GiB"))
         for key, value in rows:
             table.add_row(key, value)
-        Console().print(table)
+        console = Console()
+        console.print(table)
+        if "timing" in summary:
+            console.print(phase_table(summary))
+            console.print(("[yellow]" if summary["diagnosis"] else "[green]") + summary["verdict"])
+            for finding in summary["diagnosis"][1:]:
+                console.print(f"[yellow]also {finding['kind']}: {finding['message']}")
+
+
+def phase_table(summary: dict[str, Any]) -> Table:
+    """Where the time went: every phase, its seconds and share of the wall time."""
+    wall = summary["wall_time_s"]
+    table = Table(title="where the time went", show_footer=True)
+    table.add_column("phase", footer="wall time")
+    table.add_column("seconds", justify="right", footer=f"{wall:.1f}")
+    table.add_column("share", justify="right", footer="100%")
+    for name, seconds in summary["timing"]["phases"].items():
+        if abs(seconds) >= 0.05 or name == "other":
+            label = f"warm-up ({summary['timing']['warmup_steps']} steps)" if name == "warmup_steps" else name.replace("_", " ")
+            table.add_row(label, f"{seconds:.1f}", f"{seconds / wall:.1%}")
+    return table
+
+
+def _efficiency_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    eff = summary.get("efficiency")
+    if not eff:
+        return []
+    rows = [("samples/s (steady state)", f"{eff['samples_per_s']:,.1f}"), ("padding", f"{eff['padding_frac']:.1%} of tokens")]
+    if eff.get("mfu") is not None:
+        rows.insert(0, ("MFU (HFU)", f"{eff['mfu']:.1%} ({eff['hfu']:.1%})"))
+    return rows
 
 
 def _cache_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:

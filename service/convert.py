@@ -88,6 +88,8 @@ def event_to_proto(event: EventRecord) -> pb.JobEvent:
         message.phase.CopyFrom(pb.Phase(phase=data["phase"], detail=data.get("detail", "")))
     elif event.kind == "failure":
         message.failure.CopyFrom(pb.Failure(errors=data["errors"]))
+    elif event.kind == "diagnosis":
+        message.diagnosis.CopyFrom(pb.Diagnosis(**data))
     elif event.kind == "summary":
         message.summary.CopyFrom(pb.Summary(json=json.dumps(data)))
     return message
@@ -102,6 +104,8 @@ def event_from_proto(message: pb.JobEvent) -> tuple[str, dict[str, Any]]:
         return kind, {"phase": message.phase.phase, "detail": message.phase.detail}
     if kind == "failure":
         return kind, {"errors": dict(message.failure.errors)}
+    if kind == "diagnosis":
+        return kind, message_to_dict(message.diagnosis)
     if kind == "summary":
         return kind, json.loads(message.summary.json)
     raise ValueError(f"a job cannot report {kind!r} events")

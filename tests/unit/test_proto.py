@@ -86,3 +86,20 @@ def test_generated_code_is_current(tmp_path):
         if "__pycache__" not in p.parts
     }
     assert fresh == committed, "run `make proto` and commit service/_gen"
+
+
+@pytest.mark.parametrize(
+    ("kind", "data"),
+    [
+        ("phase", {"phase": "training", "detail": "dataset cache hit abc: 0 bytes downloaded, 0 rows tokenized"}),
+        ("diagnosis", {"kind": "data_bound", "message": "data wait is 38% of step time: ...", "cost_s": 12.5}),
+        ("failure", {"errors": {"1": "RuntimeError: boom"}}),
+    ],
+)
+def test_job_events_survive_the_wire(kind, data):
+    """What a job reports (ray_jobs.report) is what a watcher reads back (service.convert)."""
+    from ray_jobs.events import Event
+    from ray_jobs.report import to_proto
+    from service.convert import event_from_proto
+
+    assert event_from_proto(to_proto(Event(kind, data))) == (kind, data)

@@ -235,7 +235,7 @@ class WatchJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job_id", "seq", "time", "state", "progress", "phase", "failure", "summary")
+    __slots__ = ("job_id", "seq", "time", "state", "progress", "phase", "failure", "summary", "diagnosis")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +244,7 @@ class JobEvent(_message.Message):
     PHASE_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     seq: int
     time: float
@@ -252,7 +253,8 @@ class JobEvent(_message.Message):
     phase: Phase
     failure: Failure
     summary: Summary
-    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[float] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., phase: _Optional[_Union[Phase, _Mapping]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ...) -> None: ...
+    diagnosis: Diagnosis
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[float] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., phase: _Optional[_Union[Phase, _Mapping]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., diagnosis: _Optional[_Union[Diagnosis, _Mapping]] = ...) -> None: ...
 
 class StateChange(_message.Message):
     __slots__ = ("state", "message")
@@ -295,6 +297,16 @@ class Phase(_message.Message):
     phase: str
     detail: str
     def __init__(self, phase: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class Diagnosis(_message.Message):
+    __slots__ = ("kind", "message", "cost_s")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    COST_S_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    message: str
+    cost_s: float
+    def __init__(self, kind: _Optional[str] = ..., message: _Optional[str] = ..., cost_s: _Optional[float] = ...) -> None: ...
 
 class Failure(_message.Message):
     __slots__ = ("errors",)

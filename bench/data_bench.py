@@ -1,0 +1,198 @@
+"""Tokenize once, start fast: the data pipeline's throughput and a job's cold versus warm start.
+
+    .venv/bin/python bench/data_bench.py                          # about 4 minutes on 2 cores
+    python3 bench/data_bench.py --workers 1,2,4,8,12 --rows 40000   # a bigger machine (the H200 host)
+
+1. Tokenization + packing throughput (rows/s, tokens/s) of one dataset fill (``dataset_cache.prepare``
+   on an empty cache) as Ray Data's tokenizer actors grow, against the anti-pattern it replaces:
+   the same work on one thread in the driver. Data: ``bench/make_chat_data.py`` rows (realistic
+   lengths), the tiny tokenizer (a fast Rust BPE, like production tokenizers).
+2. Cold versus warm start of the same job, data (gzipped JSONL) and model both in S3 (a local moto
+   server): time to the first step, bytes downloaded and rows tokenized, read from each job's summary.
+   (``--skip-start`` skips this part.)
+
+Writes ``bench/out/data_bench.json`` and ``bench/out/data_bench.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ray_jobs.spec import FineTuneSpec  # noqa: E402
+
+OUT = ROOT / "bench" / "out"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", default="1,2", help="tokenizer actor counts to try")
+    parser.add_argument("--rows", type=int, default=10000)
+    parser.add_argument("--skip-start", action="store_true", help="only the throughput part")
+    args = parser.parse_args()
+    workers = [int(w) for w in args.workers.split(",")]
+    OUT.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rayft-data-bench-"))
+    os.environ["RAYFT_CACHE_DIR"] = str(work / "cache")
+
+    from ray_jobs.tiny import ensure_tiny_assets
+
+    tiny = ensure_tiny_assets(work / "tiny", rows=2000)
+    data = work / "chat.jsonl"
+    subprocess.run([sys.executable, str(ROOT / "bench/make_chat_data.py"), str(data), "--rows", str(args.rows)], check=True)
+    spec = FineTuneSpec.load(ROOT / "ray_jobs/presets/tiny_cpu.yaml")
+    spec = spec.replace(
+        model=dataclasses.replace(spec.model, path=str(tiny / "model")),
+        data=dataclasses.replace(spec.data, path=str(data), max_seq_len=2048, val_fraction=0.0),
+        output=dataclasses.replace(spec.output, dir=str(work / "runs")),
+    )
+    results: dict = {"rows": args.rows, "cpus": os.cpu_count(), "throughput": [], "start": None}
+
+    results["one_thread"] = one_thread(spec)
+    print(f"one thread in the driver: {results['one_thread']['rows_per_s']:,.0f} rows/s")
+
+    from ray_jobs.local_ray import start_local_cluster
+
+    start_local_cluster(num_cpus=max(max(workers) + 1, os.cpu_count() or 2))
+    from ray_jobs.run import quiet_ray_data
+
+    quiet_ray_data()
+    for w in workers:
+        results["throughput"].append(fill(spec, w, work / f"cache-w{w}"))
+        r = results["throughput"][-1]
+        print(
+            f"{w:3d} tokenizer actors: {r['rows_per_s']:8,.0f} rows/s  {r['tokens_per_s']:10,.0f} tokens/s  ({r['seconds']:.1f} s)"
+        )
+    if not args.skip_start:
+        results["start"] = cold_and_warm(spec, tiny, data, work)
+    (OUT / "data_bench.json").write_text(json.dumps(results, indent=2))
+    plot(results)
+
+
+def one_thread(spec: FineTuneSpec) -> dict:
+    """The anti-pattern: template, tokenize and pack on the driver's one thread."""
+    from ray_jobs.data import TokenizeAndPack
+    from ray_jobs.packing import pack
+    from ray_jobs.quality import QualityReport
+
+    udf = TokenizeAndPack(spec.model.path, None, spec.data, "chat", ("train",), ledger=None)
+    lines = Path(spec.data.path).read_text().splitlines()
+    start = time.perf_counter()
+    report, examples, tokens = QualityReport(), [], 0
+    for line in lines:
+        examples.append(udf.encode(line, report))
+        if len(examples) == spec.data.tokenize_batch_size:
+            tokens += int(pack(examples, spec.data.max_seq_len, udf.pad_id)["num_tokens"].sum())
+            examples = []
+    tokens += int(pack(examples, spec.data.max_seq_len, udf.pad_id)["num_tokens"].sum())
+    seconds = time.perf_counter() - start
+    return {"workers": 0, "seconds": seconds, "rows_per_s": len(lines) / seconds, "tokens_per_s": tokens / seconds}
+
+
+def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
+    """One cold fill of the dataset cache: read, tokenize and pack everything, write Parquet."""
+    from ray_jobs.dataset_cache import prepare
+
+    spec = spec.replace(data=dataclasses.replace(spec.data, tokenize_workers=workers, cache_uri=str(cache_root)))
+    start = time.perf_counter()
+    prepared = prepare(spec)
+    seconds = time.perf_counter() - start
+    tokens = prepared.datasets["train"].sum("num_tokens")
+    rows = prepared.cache["rows_tokenized"]
+    return {"workers": workers, "seconds": seconds, "rows_per_s": rows / seconds, "tokens_per_s": tokens / seconds}
+
+
+def cold_and_warm(spec: FineTuneSpec, tiny: Path, data: Path, work: Path) -> dict:
+    """The same job twice, data and model in S3: what the second start saves."""
+    import gzip
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://{host}:{port}", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1"
+    )
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="bench")
+    s3.put_object(Bucket="bench", Key="data/chat.jsonl.gz", Body=gzip.compress(data.read_bytes()))
+    for f in (tiny / "model").iterdir():
+        s3.upload_file(str(f), "bench", f"model/{f.name}")
+
+    import ray
+
+    ray.shutdown()  # a fresh cluster that inherits the S3 settings, like a job on a new node
+    from ray_jobs.run import run
+
+    spec = spec.replace(
+        model=dataclasses.replace(spec.model, path="s3://bench/model"),
+        data=dataclasses.replace(spec.data, path="s3://bench/data/", tokenize_workers=max(1, (os.cpu_count() or 2) - 1)),
+        train=dataclasses.replace(spec.train, max_steps=5, log_every=5, checkpoint_every=5, eval_every=None),
+    )
+    runs = {}
+    for label in ("cold", "warm"):
+        summary = run(spec.replace(name=f"start-{label}")).summary
+        d, m = summary["caches"]["dataset"], summary["caches"]["model"]
+        runs[label] = {
+            "time_to_first_step_s": summary["time_to_first_step_s"],
+            "wall_time_s": summary["wall_time_s"],
+            "bytes_downloaded": d["bytes_downloaded"] + m["bytes_downloaded"],
+            "rows_tokenized": d["rows_tokenized"],
+            "data_prepare_s": d["seconds"],
+        }
+        print(label, runs[label])
+    server.stop()
+    return runs
+
+
+def plot(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 2 if results["start"] else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4))
+    axes = axes if panels > 1 else [axes]
+    t = results["throughput"]
+    axes[0].plot([r["workers"] for r in t], [r["tokens_per_s"] / 1e3 for r in t], "o-", label="Ray Data actors (cache fill)")
+    axes[0].axhline(results["one_thread"]["tokens_per_s"] / 1e3, color="gray", ls="--", label="one thread in the driver")
+    axes[0].set(
+        xlabel="tokenizer actors",
+        ylabel="thousand tokens/s",
+        title=f"Tokenize + pack, {results['rows']:,} rows, {results['cpus']} CPUs",
+    )
+    axes[0].legend()
+    if results["start"]:
+        s = results["start"]
+        axes[1].bar(
+            ["cold", "warm"], [s["cold"]["time_to_first_step_s"], s["warm"]["time_to_first_step_s"]], color=["#c44", "#4a4"]
+        )
+        for i, k in enumerate(("cold", "warm")):
+            mib = s[k]["bytes_downloaded"] / 2**20
+            axes[1].text(
+                i,
+                s[k]["time_to_first_step_s"],
+                f"{mib:.1f} MiB down\n{s[k]['rows_tokenized']:,} rows tokenized",
+                ha="center",
+                va="bottom",
+            )
+        axes[1].set(ylabel="seconds to first step", title="Same job twice (data + model in S3)")
+    fig.tight_layout()
+    fig.savefig(OUT / "data_bench.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()

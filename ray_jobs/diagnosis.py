@@ -1,0 +1,118 @@
+"""Name the bottleneck, and the fix, from a job's profile.
+
+Each rule looks at one figure and fires past a threshold; the message says what was measured and
+what to change, in the spec's own field names. The finding that costs the most time is the job's
+bottleneck; a job with no finding is compute-bound, and says so without an alarm.
+
+| kind              | fires when                                                        |
+|-------------------|-------------------------------------------------------------------|
+| `data_bound`      | waiting for data >= 10% of steady step time                       |
+| `slow_checkpoint` | checkpoint saves >= 5% of the job's wall time                     |
+| `padding`         | padding >= 30% of the tokens the model ran on                     |
+| `warmup`          | warm-up steps >= 2x slower than steady, costing >= 10% of training |
+| `grad_checkpointing` | gradient checkpointing on with >= 40% of GPU memory unused     |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ray_jobs.profile import JobProfile
+from ray_jobs.spec import FineTuneSpec
+
+DATA_WAIT_FRAC = 0.10
+CHECKPOINT_FRAC = 0.05
+PADDING_FRAC = 0.30
+WARMUP_SLOWDOWN = 2.0
+WARMUP_COST_FRAC = 0.10
+FREE_MEMORY_FRAC = 0.40
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    kind: str
+    message: str
+    cost_s: float
+    """Seconds this problem cost (what ranks the findings)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Finding]:
+    """The findings, most costly first (empty: no bottleneck beyond the GPU itself)."""
+    if not profile.steps:
+        return []
+    rows = profile.breakdown(wall)
+    eff = profile.efficiency()
+    steady = profile.steady()
+    step_wall = sum(s["wall"] for s in steady) or 1e-9
+    findings = []
+
+    wait = rows["data_wait"]
+    if wait / step_wall >= DATA_WAIT_FRAC:
+        fix = (
+            f"raise data.tokenize_workers (now {spec.data.tokenize_workers}) or turn data.cache on, so tokenization runs once ahead of training"
+            if not spec.data.cache
+            else f"raise data.prefetch_batches (now {spec.data.prefetch_batches}) or give the trainers more CPUs (scaling.cpus_per_worker)"
+        )
+        findings.append(
+            Finding("data_bound", f"data wait is {wait / step_wall:.0%} of step time: the GPU waits for batches; {fix}", wait)
+        )
+
+    saves = sum(s["phases"].get("checkpoint", 0.0) for s in profile.steps)
+    count = sum(1 for s in profile.steps if s["phases"].get("checkpoint"))
+    if saves / wall >= CHECKPOINT_FRAC:
+        findings.append(
+            Finding(
+                "slow_checkpoint",
+                f"checkpoint saves take {saves / wall:.0%} of wall time ({count} saves, {saves / max(count, 1):.1f} s each): "
+                f"raise train.checkpoint_every (now {spec.train.checkpoint_every}) to save less often",
+                saves,
+            )
+        )
+
+    if eff["padding_frac"] >= PADDING_FRAC:
+        fix = (
+            "turn data.packing on to fill rows with whole examples"
+            if not spec.data.packing
+            else "lower data.max_seq_len toward your longest examples, or train.micro_batch_size"
+        )
+        cost = eff["padding_frac"] * step_wall
+        findings.append(Finding("padding", f"{eff['padding_frac']:.0%} of the tokens the model runs on are padding: {fix}", cost))
+
+    k = profile.warmup_steps()
+    slowdown = profile.warmup_slowdown()
+    train_time = sum(s["wall"] for s in profile.steps)
+    warmup_extra = rows["warmup_steps"] - k * eff["step_time_s"] if k else 0.0
+    if k and slowdown >= WARMUP_SLOWDOWN and warmup_extra / train_time >= WARMUP_COST_FRAC:
+        findings.append(
+            Finding(
+                "warmup",
+                f"the first {k} steps ran {slowdown:.1f}x slower than steady state (compile or warm-up), "
+                f"{warmup_extra:.1f} s in all: tokens/s and MFU leave them out; judge speed on steady state, "
+                "and run long enough that warm-up is a small share",
+                warmup_extra,
+            )
+        )
+
+    peak, total = eff["gpu_mem_peak_gb"], eff["gpu_mem_total_gb"]
+    shape = profile.about.get("model_shape") or {}
+    if shape.get("gradient_checkpointing") and peak and total and 1 - peak / total >= FREE_MEMORY_FRAC:
+        findings.append(
+            Finding(
+                "grad_checkpointing",
+                f"gradient checkpointing is on with {1 - peak / total:.0%} of GPU memory free: set "
+                "train.gradient_checkpointing false for about 30% more speed",
+                0.25 * step_wall,
+            )
+        )
+    return sorted(findings, key=lambda f: -f.cost_s)
+
+
+def verdict(findings: list[Finding]) -> str:
+    """One line for the summary: the bottleneck, or that there is none."""
+    if not findings:
+        return "no bottleneck found: steps are compute-bound"
+    return f"bottleneck: {findings[0].kind}: {findings[0].message}"

@@ -1,0 +1,213 @@
+"""Where a job's time went, and how much of the GPU it used: the phase table, throughput and MFU.
+
+The driver times its own phases (connect, model fetch, data preparation, export) and folds in what
+the workers report (``setup`` timings, then one record per step from ``ray_jobs.metrics``). The
+phase table adds up to the job's wall time by construction: whatever no phase covers is "other".
+
+**Warm-up.** Leading steps whose compute time is over 1.5x the steady median (the median of the
+second half of the run) are warm-up: compilation, autotuning, allocator growth. They get their own
+row, and steady-state figures exclude them.
+
+**FLOPs** (per trained, non-padding token; N = parameters of every matmul, the LM head included and
+embeddings excluded; N_lora = the trainable LoRA matmul parameters; L layers; d = heads x head dim;
+c = the token's causal context, its position in its example + 1)::
+
+    LoRA on a frozen base:  2N (forward) + 2N (backward, activation gradients only)
+                            + 2 N_lora (LoRA weight gradients) + 12 L d c (attention: 4 L d c forward, twice that backward)
+
+Gradient checkpointing recomputes the forward (2N + 4 L d c more); that work is counted only in
+HFU (hardware FLOPs utilization), never in MFU. MFU = model FLOPs per second / (peak dense bf16
+FLOPs of one GPU x GPUs). Padding does no useful work, so it is not counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ray_jobs.metrics import PHASES
+
+PEAK_BF16_FLOPS = {
+    "H200": 989.4e12,
+    "H100 PCIe": 756.0e12,
+    "H100": 989.4e12,
+    "A100": 312.0e12,
+    "L40S": 362.1e12,
+    "L4": 121.0e12,
+    "A10G": 70.0e12,
+    "RTX 4090": 165.2e12,
+}
+"""Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, by device-name substring
+(first match wins). Set ``RAYFT_PEAK_TFLOPS`` for a GPU not listed here."""
+WARMUP_RATIO = 1.5
+
+
+def peak_flops(device: Any) -> float | None:
+    """Peak dense bf16 FLOPs of ``device`` (None on CPU or an unknown GPU)."""
+    if os.environ.get("RAYFT_PEAK_TFLOPS"):
+        return float(os.environ["RAYFT_PEAK_TFLOPS"]) * 1e12
+    if getattr(device, "type", "cpu") != "cuda":
+        return None
+    import torch
+
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS.items() if key in name), None)
+
+
+def model_shape(model: Any, gradient_checkpointing: bool = False) -> dict[str, Any]:
+    """What the FLOPs formula needs, read from the (PEFT) model before it is wrapped."""
+    frozen = trainable = 0
+    for name, module in model.named_modules():
+        if list(module.children()) or not hasattr(module, "in_features") or "original_module" in name:
+            continue  # leaf matmuls only (LoRA A/B included); PEFT keeps an unused copy of modules_to_save
+        size = module.in_features * module.out_features
+        if getattr(module, "weight", None) is not None and module.weight.requires_grad:
+            trainable += size
+        else:
+            frozen += size
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return {
+        "matmul_params": frozen + trainable,
+        "trainable_matmul_params": trainable,
+        "layers": config.num_hidden_layers,
+        "attn_dim": config.num_attention_heads * head_dim,
+        "gradient_checkpointing": gradient_checkpointing,
+    }
+
+
+def step_flops(shape: dict[str, Any], tokens: float, attn_ctx: float) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of a step that trained ``tokens`` with ``attn_ctx`` total context."""
+    n, lora, ld = shape["matmul_params"], shape["trainable_matmul_params"], shape["layers"] * shape["attn_dim"]
+    model = (4 * n + 2 * lora) * tokens + 12 * ld * attn_ctx
+    recompute = (2 * n * tokens + 4 * ld * attn_ctx) if shape["gradient_checkpointing"] else 0.0
+    return model, model + recompute
+
+
+class JobProfile:
+    """Collects the driver's phases and the workers' reports; answers with the table and the figures."""
+
+    def __init__(self, start: float):
+        self.start = start
+        """Driver ``time.time()`` at job start."""
+        self.driver: dict[str, float] = {}
+        self.fit_start: float | None = None
+        self.fit_end: float | None = None
+        self.setup: dict[str, float] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.about: dict[str, Any] = {}
+        self.worker_end: float | None = None
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.time()
+        try:
+            yield
+        finally:
+            self.driver[name] = self.driver.get(name, 0.0) + time.time() - t0
+
+    def add(self, report: dict[str, Any]) -> None:
+        """Fold in one progress report (rank 0's metrics)."""
+        self.setup.update(report.get("setup", {}))
+        self.steps.extend(report.get("step_timing", []))
+        for key in ("model_shape", "peak_flops", "world_size", "gpu_mem_peak_gb", "gpu_mem_total_gb"):
+            if report.get(key) is not None:
+                self.about[key] = report[key]
+        if "worker_end_ts" in report:
+            self.worker_end = report["worker_end_ts"]
+
+    # -- analysis ----------------------------------------------------------------------------
+
+    def warmup_steps(self) -> int:
+        busy = [_busy(s) for s in self.steps]
+        if len(busy) < 4:
+            return 0
+        steady = statistics.median(busy[len(busy) // 2 :])
+        k = 0
+        while k < len(busy) // 2 and busy[k] > WARMUP_RATIO * steady:
+            k += 1
+        return k
+
+    def head_steps(self) -> int:
+        """Steps left out of steady state: the warm-up, and always the first (it waits for the first batch)."""
+        return max(self.warmup_steps(), 1) if len(self.steps) > 1 else 0
+
+    def steady(self) -> list[dict[str, Any]]:
+        return self.steps[self.head_steps() :]
+
+    def breakdown(self, wall: float) -> dict[str, float]:
+        """Seconds per phase, in the order they happen; the values sum to ``wall``."""
+        rows: dict[str, float] = {
+            name: self.driver.get(name, 0.0) for name in ("preflight", "connect", "model_fetch", "data_prepare", "trainer_setup")
+        }
+        worker_start = self.setup.get("worker_start_ts")
+        rows["worker_start"] = max(0.0, worker_start - self.fit_start) if worker_start and self.fit_start else 0.0
+        rows["model_load"] = self.setup.get("model_load_s", 0.0)
+        rows["resume"] = self.setup.get("resume_s", 0.0)
+        rows["first_eval"] = self.setup.get("first_eval_s", 0.0)
+        loop_start = self.setup.get("loop_start_ts")
+        rows["worker_setup"] = (
+            max(0.0, loop_start - worker_start - rows["model_load"] - rows["resume"] - rows["first_eval"])
+            if loop_start and worker_start
+            else 0.0
+        )
+        rows["first_batch"] = self.steps[0]["phases"].get("data_wait", 0.0) if self.steps else 0.0
+        k = self.head_steps()
+        rows["warmup_steps"] = sum(s["wall"] for s in self.steps[:k]) - (rows["first_batch"] if k else 0.0)
+        steady = self.steps[k:]
+        for name in PHASES:
+            rows[name] = sum(s["phases"].get(name, 0.0) for s in steady)
+        rows["step_other"] = sum(s["wall"] - sum(s["phases"].values()) for s in steady)
+        rows["shutdown"] = max(0.0, self.fit_end - self.worker_end) if self.fit_end and self.worker_end else 0.0
+        rows["export"] = self.driver.get("export", 0.0)
+        rows["other"] = wall - sum(rows.values())
+        return rows
+
+    def efficiency(self) -> dict[str, Any]:
+        """Steady-state throughput, MFU/HFU, padding share and memory."""
+        steady = self.steady()
+        wall = sum(s["wall"] - s["phases"].get("eval", 0.0) for s in steady) or 1e-9  # evaluation is not training
+        tokens = sum(s["tokens"] for s in steady)
+        world = self.about.get("world_size", 1)
+        out: dict[str, Any] = {
+            "steady_steps": len(steady),
+            "warmup_steps": self.warmup_steps(),
+            "head_steps": self.head_steps(),
+            "tokens_per_s": tokens / wall,
+            "tokens_per_s_per_worker": tokens / wall / world,
+            "samples_per_s": sum(s["samples"] for s in steady) / wall,
+            "step_time_s": wall / max(len(steady), 1),
+            "padding_frac": 1 - sum(s["tokens"] for s in self.steps) / max(sum(s["processed"] for s in self.steps), 1),
+            "mfu": None,
+            "hfu": None,
+            "flops_per_s": None,
+            "gpu_mem_peak_gb": self.about.get("gpu_mem_peak_gb"),
+            "gpu_mem_total_gb": self.about.get("gpu_mem_total_gb"),
+        }
+        shape = self.about.get("model_shape")
+        if shape:
+            model, hardware = (sum(f) for f in zip(*(step_flops(shape, s["tokens"], s["attn_ctx"]) for s in steady)))
+            out["flops_per_s"] = model / wall
+            peak = self.about.get("peak_flops")
+            if peak:
+                out["mfu"] = model / wall / (peak * world)
+                out["hfu"] = hardware / wall / (peak * world)
+        return out
+
+    def warmup_slowdown(self) -> float:
+        """How many times slower the warm-up steps ran than steady ones (1.0 without warm-up)."""
+        k = self.warmup_steps()
+        if not k:
+            return 1.0
+        steady = statistics.median(_busy(s) for s in self.steps[k:])
+        return statistics.mean(_busy(s) for s in self.steps[:k]) / max(steady, 1e-9)
+
+
+def _busy(step: dict[str, Any]) -> float:
+    """A step's time minus waiting for data, checkpoints, evaluation and reports: the compute."""
+    idle = sum(step["phases"].get(p, 0.0) for p in ("data_wait", "checkpoint", "eval", "report"))
+    return step["wall"] - idle

@@ -1,0 +1,126 @@
+"""What people would rather see than read: TensorBoard scalars and a one-page PNG per run.
+
+Both are written into the run directory at the end of the job, from the same records as the
+summary: ``tensorboard/`` (``tensorboard --logdir runs/``) and ``report.png`` (the loss curves,
+tokens/s over time, and where the time went as one bar).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+PHASE_COLORS = {
+    "startup": "#9e9e9e",
+    "data_wait": "#e53935",
+    "checkpoint": "#fb8c00",
+    "eval": "#8e24aa",
+    "warmup_steps": "#fdd835",
+    "compute": "#43a047",
+    "finish": "#546e7a",
+    "other": "#cfd8dc",
+}
+STARTUP = (
+    "preflight",
+    "connect",
+    "model_fetch",
+    "data_prepare",
+    "worker_start",
+    "model_load",
+    "resume",
+    "first_eval",
+    "first_batch",
+)
+COMPUTE = ("h2d", "forward_backward", "optimizer")
+FINISH = ("shutdown", "export", "write_reports")
+
+
+def write_tensorboard(history: list[dict[str, Any]], summary: dict[str, Any], directory: Path) -> None:
+    from tensorboardX import SummaryWriter
+
+    with SummaryWriter(str(directory)) as writer:
+        for event in history:
+            if event["kind"] != "progress" or "step" not in event:
+                continue
+            step = event["step"]
+            for key in (
+                "loss",
+                "eval_loss",
+                "learning_rate",
+                "tokens_per_s",
+                "samples_per_s",
+                "step_time_s",
+                "data_wait_frac",
+                "gpu_mem_peak_gb",
+            ):
+                if event.get(key) is not None:
+                    writer.add_scalar(f"train/{key}", event[key], step)
+        for name, seconds in summary["timing"]["phases"].items():
+            writer.add_scalar(f"time/{name}_s", seconds, summary["steps"])
+        for key, value in summary["efficiency"].items():
+            if isinstance(value, (int, float)) and value is not None:
+                writer.add_scalar(f"efficiency/{key}", value, summary["steps"])
+        writer.add_text(
+            "diagnosis", "\n\n".join(f["message"] for f in summary["diagnosis"]) or "no bottleneck found", summary["steps"]
+        )
+
+
+def grouped_phases(phases: dict[str, float]) -> dict[str, float]:
+    """The phase table folded into the bar's few colours."""
+    groups = dict.fromkeys(PHASE_COLORS, 0.0)
+    for name, seconds in phases.items():
+        group = (
+            "startup"
+            if name in STARTUP
+            else "compute"
+            if name in COMPUTE
+            else "finish"
+            if name in FINISH
+            else name
+            if name in groups
+            else "other"
+        )
+        groups[group] += max(seconds, 0.0)
+    return groups
+
+
+def write_png(history: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    progress = [e for e in history if e["kind"] == "progress" and "step" in e]
+    fig, (loss_ax, speed_ax, bar_ax) = plt.subplots(3, 1, figsize=(9, 9), gridspec_kw={"height_ratios": [3, 3, 1.4]})
+    train = [(e["step"], e["loss"]) for e in progress if "loss" in e]
+    evals = [(e["step"], e["eval_loss"]) for e in progress if "eval_loss" in e]
+    if train:
+        loss_ax.plot(*zip(*train), label="train loss")
+    if evals:
+        loss_ax.plot(*zip(*evals), "o-", label="eval loss")
+    loss_ax.set(ylabel="loss", title=f"{summary['name']}: {summary['verdict']}"[:110])
+    loss_ax.legend()
+    steps = [s for e in progress for s in e.get("step_timing", [])]
+    speed = [(i + 1, s["tokens"] / max(s["wall"] - s["phases"].get("eval", 0.0), 1e-9)) for i, s in enumerate(steps)]
+    if speed:
+        speed_ax.plot(*zip(*speed), ".", color="#1e88e5", markersize=3)
+    eff = summary["efficiency"]
+    mfu = f", MFU {eff['mfu']:.0%}" if eff.get("mfu") is not None else ""
+    speed_ax.set(
+        xlabel="step",
+        ylabel="trained tokens/s (per step)",
+        yscale="log",
+        title=f"steady {eff['tokens_per_s']:,.0f} tokens/s{mfu}",
+    )
+
+    left = 0.0
+    for group, seconds in grouped_phases(summary["timing"]["phases"]).items():
+        if seconds <= 0:
+            continue
+        bar_ax.barh(0, seconds, left=left, color=PHASE_COLORS[group], label=f"{group} {seconds:.1f} s")
+        left += seconds
+    bar_ax.set(yticks=[], xlabel=f"seconds (wall {summary['wall_time_s']:.1f} s)", title="where the time went")
+    bar_ax.legend(ncol=4, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,94 @@
+"""Each injected bottleneck is named, and only it; a healthy run raises no alarm; the phases add up.
+
+Every test runs a real job (local Ray, 2 CPU workers, the tiny model) with one slowdown injected
+through ``ray_jobs.chaos`` or the data, then reads the diagnosis from the summary and the events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from ray_jobs.chaos import NO_CHAOS, Chaos
+from ray_jobs.run import run
+from ray_jobs.tiny import WORDS
+
+pytestmark = pytest.mark.integration
+
+
+def profiled(spec, chaos=NO_CHAOS, steps=30, checkpoint_every=None, **data):
+    spec = spec.replace(
+        data=dataclasses.replace(spec.data, val_fraction=0.0, **data),
+        train=dataclasses.replace(
+            spec.train, max_steps=steps, log_every=5, checkpoint_every=checkpoint_every or steps, eval_every=None
+        ),
+    )
+    events = []
+    t0 = time.time()
+    result = run(spec, on_event=events.append, chaos=chaos)
+    wall = time.time() - t0
+    found = [e.data["kind"] for e in events if e.kind == "diagnosis"]
+    return result.summary, found, wall
+
+
+def kinds(summary):
+    return [f["kind"] for f in summary["diagnosis"]]
+
+
+def test_healthy_run_raises_no_alarm_and_its_phases_add_up(ray_cluster, tiny_spec):
+    summary, events, wall = profiled(tiny_spec)
+    assert kinds(summary) == [] and events == [], summary["diagnosis"]
+    assert summary["verdict"].startswith("no bottleneck")
+    phases = summary["timing"]["phases"]
+    named = sum(v for k, v in phases.items() if k != "other")
+    assert abs(named - wall) / wall <= 0.02, (named, wall, phases)
+    assert phases["forward_backward"] > 0 and phases["model_load"] > 0 and phases["worker_start"] > 0
+    eff = summary["efficiency"]
+    assert eff["tokens_per_s"] > 0 and 0 <= eff["padding_frac"] < 0.1 and eff["mfu"] is None  # no peak on CPU
+    summary_dir = summary["adapter_dir"].rsplit("/", 1)[0]
+    assert Path(summary_dir, "report.png").stat().st_size > 10_000
+    assert any(Path(summary_dir, "tensorboard").iterdir())
+
+
+def test_slow_tokenizer_is_data_bound(ray_cluster, tiny_spec):
+    chaos = Chaos(tokenize_delay_s=0.4)
+    summary, events, _ = profiled(tiny_spec, chaos, steps=20, cache=False, tokenize_batch_size=32)
+    assert kinds(summary) == ["data_bound"], summary["diagnosis"]
+    assert "data.tokenize_workers" in summary["diagnosis"][0]["message"]
+    assert events == ["data_bound"]
+    assert summary["bottleneck"] == "data_bound"
+
+
+def test_slow_checkpoints_are_named(ray_cluster, tiny_spec):
+    summary, events, _ = profiled(tiny_spec, Chaos(checkpoint_delay_s=1.0), steps=20, checkpoint_every=5)
+    assert kinds(summary) == ["slow_checkpoint"], summary["diagnosis"]
+    assert "train.checkpoint_every" in summary["diagnosis"][0]["message"]
+
+
+def test_padding_heavy_data_without_packing(ray_cluster, tiny_spec, tmp_path):
+    rng = random.Random(0)
+    path = tmp_path / "uneven.jsonl"
+    with path.open("w") as fh:
+        for _ in range(600):
+            n = 2 if rng.random() < 0.5 else 120
+            answer = " ".join(rng.choice(WORDS) for _ in range(n))
+            fh.write(
+                json.dumps({"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": answer}]}) + "\n"
+            )
+    summary, events, _ = profiled(tiny_spec, path=str(path), packing=False, max_seq_len=1024)
+    assert kinds(summary) == ["padding"], summary["diagnosis"]
+    assert summary["efficiency"]["padding_frac"] >= 0.3
+    assert "data.packing" in summary["diagnosis"][0]["message"]
+
+
+def test_slow_first_steps_are_warmup(ray_cluster, tiny_spec):
+    summary, events, _ = profiled(tiny_spec, Chaos(slow_steps=8, slow_step_s=0.8), steps=30)
+    assert kinds(summary) == ["warmup"], summary["diagnosis"]
+    assert summary["timing"]["warmup_steps"] == 8
+    assert "first 8 steps" in summary["diagnosis"][0]["message"]
+    assert summary["efficiency"]["steady_steps"] == 22, "steady state leaves the warm-up out"

@@ -1,0 +1,102 @@
+"""The FLOPs formula, warm-up detection and the phase table, on records built by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_jobs.diagnosis import diagnose
+from ray_jobs.profile import JobProfile, model_shape, step_flops
+
+
+def step(wall=1.0, data_wait=0.0, tokens=1000, processed=1000, checkpoint=0.0):
+    compute = wall - data_wait - checkpoint
+    phases = {"data_wait": data_wait, "forward_backward": compute * 0.9, "optimizer": compute * 0.1, "checkpoint": checkpoint}
+    return {"wall": wall, "phases": phases, "tokens": tokens, "processed": processed, "samples": 10, "attn_ctx": tokens * 100}
+
+
+def profile_of(steps, peak=None, shape=None):
+    p = JobProfile(start=0.0)
+    p.add({"step_timing": steps, "world_size": 2, "peak_flops": peak, "model_shape": shape})
+    return p
+
+
+SHAPE = {
+    "matmul_params": 6_500_000_000,
+    "trainable_matmul_params": 40_000_000,
+    "layers": 32,
+    "attn_dim": 4096,
+    "gradient_checkpointing": False,
+}
+
+
+def test_flops_formula_for_lora_on_a_frozen_base():
+    model, hardware = step_flops(SHAPE, tokens=1, attn_ctx=512)
+    assert model == 4 * 6.5e9 + 2 * 40e6 + 12 * 32 * 4096 * 512
+    assert hardware == model
+    recomputed = step_flops({**SHAPE, "gradient_checkpointing": True}, tokens=1, attn_ctx=512)
+    assert recomputed[0] == model and recomputed[1] == model + 2 * 6.5e9 + 4 * 32 * 4096 * 512
+
+
+def test_mfu_against_the_peak_of_every_gpu():
+    steps = [step(wall=1.0, tokens=20_000) for _ in range(10)]
+    eff = profile_of(steps, peak=989.4e12, shape=SHAPE).efficiency()
+    expected = step_flops(SHAPE, 20_000, 20_000 * 100)[0] / 1.0 / (989.4e12 * 2)
+    assert eff["mfu"] == pytest.approx(expected) and 0 < eff["mfu"] < 1
+    assert eff["tokens_per_s"] == pytest.approx(20_000) and eff["tokens_per_s_per_worker"] == pytest.approx(10_000)
+    assert profile_of(steps, peak=None, shape=SHAPE).efficiency()["mfu"] is None
+
+
+def test_model_shape_counts_leaf_matmuls_once(tiny_spec):
+    import torch
+
+    from ray_jobs.model import apply_lora, load_base
+
+    model = apply_lora(load_base(tiny_spec, torch.device("cpu")), tiny_spec)
+    shape = model_shape(model)
+    base = load_base(tiny_spec, torch.device("cpu"))
+    linears = sum(m.in_features * m.out_features for m in base.modules() if isinstance(m, torch.nn.Linear))
+    lora = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    assert shape["matmul_params"] == linears + lora
+    assert shape["trainable_matmul_params"] >= lora  # modules_to_save also trains the LM head
+    assert shape["layers"] == base.config.num_hidden_layers
+
+
+def test_warmup_is_the_slow_prefix_and_steady_state_leaves_it_out():
+    steps = [step(wall=5.0) for _ in range(6)] + [step(wall=1.0) for _ in range(30)]
+    p = profile_of(steps)
+    assert p.warmup_steps() == 6 and p.warmup_slowdown() == pytest.approx(5.0)
+    assert p.efficiency()["step_time_s"] == pytest.approx(1.0)
+    assert [f.kind for f in diagnose(p, _spec(), wall=70.0)] == ["warmup"]
+
+
+def test_no_warmup_in_an_even_run_and_one_slow_checkpoint_is_not_warmup():
+    steps = [step(wall=1.0) for _ in range(30)]
+    steps[0] = step(wall=8.0, checkpoint=7.0)
+    assert profile_of(steps).warmup_steps() == 0
+
+
+def test_breakdown_adds_up_to_the_wall_time():
+    p = profile_of([step(wall=1.0, data_wait=0.2) for _ in range(10)])
+    p.driver = {"connect": 2.0, "export": 1.0}
+    rows = p.breakdown(wall=20.0)
+    assert sum(rows.values()) == pytest.approx(20.0)
+    assert rows["data_wait"] == pytest.approx(0.2 * 9)  # the first step's wait is the first batch
+    assert rows["first_batch"] == pytest.approx(0.2)
+
+
+def _spec():
+    from ray_jobs.spec import FineTuneSpec
+
+    return FineTuneSpec.from_dict({"name": "t", "model": {"path": "m"}, "data": {"path": "d.jsonl"}})
+
+
+def test_each_rule_fires_alone():
+    spec = _spec()
+    assert diagnose(profile_of([step() for _ in range(20)]), spec, wall=25.0) == []
+    data_bound = [f.kind for f in diagnose(profile_of([step(wall=1.0, data_wait=0.4) for _ in range(20)]), spec, wall=25.0)]
+    assert data_bound == ["data_bound"]
+    padded = [f.kind for f in diagnose(profile_of([step(tokens=500, processed=1000) for _ in range(20)]), spec, wall=25.0)]
+    assert padded == ["padding"]
+    saves = [step() for _ in range(20)]
+    saves[10] = step(wall=4.0, checkpoint=3.0)
+    assert [f.kind for f in diagnose(profile_of(saves), spec, wall=28.0)] == ["slow_checkpoint"]
