@@ -6,6 +6,7 @@
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: bash bench/qlora_7b.sh            (about 5 minutes)
 # Extra `rayft train --set` overrides can follow: bash bench/qlora_7b.sh train.micro_batch_size=4
+# With the torch.profiler cross-check: PROFILE=21:30 STEPS=40 bash bench/qlora_7b.sh
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
@@ -16,7 +17,10 @@ sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import sys, torch, transformers, peft, ray, bitsandbytes as b; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'ray', ray.__version__, 'bnb', b.__version__)" | tee "$OUT/versions.txt"
-python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tee "$OUT/build.log"
+python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tail -3
+# PROFILE=A:B runs torch.profiler over steps A..B on rank 0 (ray_jobs/torch_trace.py), an independent
+# check of the job's own phase timing (bench/compare_profile.py).
+export RAYFT_TORCH_PROFILE=${PROFILE:-}
 [ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows 20000
 
 name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$PRESET")
@@ -26,7 +30,11 @@ python3 -m rayft train "$PRESET" --overwrite \
   --set train.max_steps="$STEPS" --set train.log_every=5 --set train.eval_every=null \
   --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" 2>&1 | tee "$OUT/train.log"
 echo "rayft train wall: ${SECONDS} s" | tee -a "$OUT/train.log"
-cp "/tmp/runs/$name/summary.json" "/tmp/runs/$name/metrics.jsonl" "$OUT/"
+cp "/tmp/runs/$name/summary.json" "/tmp/runs/$name/metrics.jsonl" "/tmp/runs/$name/report.png" "$OUT/"
+if [ -n "${PROFILE:-}" ]; then
+  cp "/tmp/runs/$name/torch_profile.json" "$OUT/"
+  python3 bench/compare_profile.py "/tmp/runs/$name" | tee -a "$OUT/train.log"
+fi
 python3 - "$OUT/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]

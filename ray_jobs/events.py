@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ray.train import UserCallback
 
-EventKind = Literal["phase", "progress", "failure", "diagnosis", "summary"]
+EventKind = Literal["phase", "progress", "timing", "failure", "diagnosis", "summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,8 @@ class Event:
     kind: EventKind
     """``phase`` (the job moved on: ``data``, ``training``, ``export``), ``progress`` (metrics of a
     report), ``failure`` (a worker failed; Ray Train restarts from the last checkpoint), ``diagnosis``
-    (a bottleneck found: ``kind``, ``message``, ``cost_s``; see ``ray_jobs.diagnosis``) or ``summary``."""
+    (a bottleneck found: ``kind``, ``message``, ``cost_s``; see ``ray_jobs.diagnosis``) or ``summary``.
+    ``timing`` (the step records of the workers' closing report) stays inside the driver."""
     data: dict[str, Any]
     time: float = dataclasses.field(default_factory=time.time)
 
@@ -37,7 +38,7 @@ class ForwardReports(UserCallback):
         self.queue = queue
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        self.queue.put(Event("progress", dict(metrics[0])))
+        self.queue.put(Event("timing" if metrics[0].get("final") else "progress", dict(metrics[0])))
 
     def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
         errors = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in worker_exceptions.items()}

@@ -9,7 +9,7 @@ On CPU every phase is synchronous and uses the host clock.
 
 ``meter.window()`` returns the finished steps since the last window, one record each::
 
-    {"wall": s, "phases": {name: s}, "tokens": n, "processed": n, "samples": n, "attn_ctx": n}
+    {"step": n, "wall": s, "phases": {name: s}, "tokens": n, "processed": n, "samples": n, "attn_ctx": n}
 
 ``tokens`` are real (non-padding) tokens, ``processed`` what the model ran on (real + padding), and
 ``attn_ctx`` the sum over real tokens of their causal context length (for attention FLOPs); all
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-PHASES = ("data_wait", "h2d", "forward_backward", "optimizer", "checkpoint", "eval", "report")
+PHASES = ("data_wait", "h2d", "forward_backward", "optimizer", "checkpoint", "eval", "report", "profiler")
 
 
 class StepMeter:
@@ -53,11 +53,12 @@ class StepMeter:
         finally:
             self._host[name] = self._host.get(name, 0.0) + time.perf_counter() - t0
 
-    def end_step(self, tokens: int, processed: int, samples: int, attn_ctx: int) -> None:
-        """Close the step that began at the previous ``end_step`` (or at construction)."""
+    def end_step(self, step: int, tokens: int, processed: int, samples: int, attn_ctx: int) -> None:
+        """Close step ``step``, which began at the previous ``end_step`` (or at construction)."""
         now = time.perf_counter()
         self._done.append(
             {
+                "step": step,
                 "wall": now - self._t0,
                 "phases": self._host,
                 "events": self._events,

@@ -140,8 +140,9 @@ class _Job:
         self.history.append(event.to_dict())
         self.metrics_log.write(json.dumps(self.history[-1]) + "\n")
         self.metrics_log.flush()
-        self.emit(event)
-        if event.kind == "progress":
+        if event.kind != "timing":  # the closing step records are for the profile only
+            self.emit(event)
+        if event.kind in ("progress", "timing"):
             self.profile.add(event.data)
             steps, total = len(self.profile.steps), event.data.get("total_steps") or 0
             if steps >= max(10, total // 5):  # enough steady steps to judge

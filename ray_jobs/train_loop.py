@@ -26,6 +26,7 @@ from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.packing import trim_padding
 from ray_jobs.profile import model_shape, peak_flops
 from ray_jobs.spec import FineTuneSpec, TrainSpec
+from ray_jobs.torch_trace import StepTrace
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             ray.train.report({"step": 0, "total_steps": cfg.total_steps, "eval_loss": eval_loss, **about})
     setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
     meter = StepMeter(device)
+    trace = StepTrace.from_env(rank, spec.run_dir)  # torch.profiler on a window of steps, if asked
 
     # -- steps ------------------------------------------------------------------------------
     while state.step < cfg.total_steps:
+        trace.before_step(state.step + 1)
         with meter.phase("data_wait"):
             group = [next(batches) for _ in range(accum)]
         counts = _count(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
@@ -163,7 +166,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 # SYNC: report() returns once the controller has taken the previous report, so a crash loses
                 # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
                 ray.train.report({**metrics, **meter.window()}, checkpoint=ckpt)
-        meter.end_step(tokens=int(counts[1]), processed=int(counts[3]), samples=int(counts[2]), attn_ctx=int(counts[4]))
+        meter.end_step(
+            state.step, tokens=int(counts[1]), processed=int(counts[3]), samples=int(counts[2]), attn_ctx=int(counts[4])
+        )
+        trace.after_step(state.step)
     # The last step's record (its report included) goes out with one closing report on every rank.
     ray.train.report(
         {"step": state.step, "total_steps": cfg.total_steps, "final": True, "worker_end_ts": time.time(), **meter.window()}

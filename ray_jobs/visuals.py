@@ -100,8 +100,8 @@ def write_png(history: list[dict[str, Any]], summary: dict[str, Any], path: Path
         loss_ax.plot(*zip(*evals), "o-", label="eval loss")
     loss_ax.set(ylabel="loss", title=f"{summary['name']}: {summary['verdict']}"[:110])
     loss_ax.legend()
-    steps = [s for e in progress for s in e.get("step_timing", [])]
-    speed = [(i + 1, s["tokens"] / max(s["wall"] - s["phases"].get("eval", 0.0), 1e-9)) for i, s in enumerate(steps)]
+    steps = [s for e in history for s in e.get("step_timing", [])]
+    speed = [(s["step"], s["tokens"] / max(s["wall"] - s["phases"].get("eval", 0.0), 1e-9)) for s in steps]
     if speed:
         speed_ax.plot(*zip(*speed), ".", color="#1e88e5", markersize=3)
     eff = summary["efficiency"]
