@@ -6,6 +6,6 @@ set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
-nproc | tee "$OUT/cpus.txt"
-python3 bench/data_bench.py --workers ${WORKERS:-1,2,4,8,14} --rows ${ROWS:-40000} --skip-start 2>&1 | grep -v "raylet\|WARNING" | tee "$OUT/data_bench.log"
+echo "CPUs: $(nproc)"
+python3 bench/data_bench.py --workers ${WORKERS:-1,2,4,8,14} --rows ${ROWS:-40000} --skip-start 2>&1 | grep -v "raylet\|WARNING" 
 cp bench/out/data_bench.json bench/out/data_bench.png "$OUT/"

@@ -15,8 +15,8 @@ STEPS=${STEPS:-30}
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import sys, torch, transformers, peft, ray, bitsandbytes as b; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'ray', ray.__version__, 'bnb', b.__version__)" | tee "$OUT/versions.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/train.log"
+python3 -c "import sys, torch, transformers, peft, ray, bitsandbytes as b; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'ray', ray.__version__, 'bnb', b.__version__)" | tee -a "$OUT/train.log"
 python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tail -3
 # PROFILE=A:B runs torch.profiler over steps A..B on rank 0 (ray_jobs/torch_trace.py), an independent
 # check of the job's own phase timing (bench/compare_profile.py).
@@ -28,7 +28,7 @@ SECONDS=0
 python3 -m rayft train "$PRESET" --overwrite \
   --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
   --set train.max_steps="$STEPS" --set train.log_every=5 --set train.eval_every=null \
-  --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" 2>&1 | tee "$OUT/train.log"
+  --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" 2>&1 | tee -a "$OUT/train.log"
 echo "rayft train wall: ${SECONDS} s" | tee -a "$OUT/train.log"
 cp "/tmp/runs/$name/summary.json" "/tmp/runs/$name/metrics.jsonl" "/tmp/runs/$name/report.png" "$OUT/"
 if [ -n "${PROFILE:-}" ]; then
