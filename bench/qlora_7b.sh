@@ -21,7 +21,7 @@ python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tail -3
 # PROFILE=A:B runs torch.profiler over steps A..B on rank 0 (ray_jobs/torch_trace.py), an independent
 # check of the job's own phase timing (bench/compare_profile.py).
 export RAYFT_TORCH_PROFILE=${PROFILE:-}
-[ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows 20000
+[ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows "${ROWS:-20000}"
 
 name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$PRESET")
 SECONDS=0

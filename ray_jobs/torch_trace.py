@@ -37,8 +37,11 @@ class StepTrace:
         if step == self.first and self.prof is None:
             import torch
 
-            # Kernels only: a CPU trace of a 7B step is millions of events and minutes to process.
-            self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            # GPU kernels only: a CPU trace of a 7B step is millions of events and minutes to process.
+            # (On a CPU-only worker the CPU ops stand in, so the path can be exercised anywhere.)
+            cuda = torch.cuda.is_available()
+            activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+            self.prof = torch.profiler.profile(activities=[activity])
             self.prof.__enter__()
 
     def after_step(self, step: int) -> None:
@@ -46,7 +49,8 @@ class StepTrace:
         if self.prof is not None and step == self.last and not self.done:
             import torch
 
-            torch.cuda.synchronize()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             self.prof.__exit__(None, None, None)
             self.done = True
 
@@ -58,7 +62,8 @@ class StepTrace:
 
         from ray_jobs.storage import location
 
-        kernels = [e for e in self.prof.events() if e.device_type == DeviceType.CUDA]
+        gpu = any(e.device_type == DeviceType.CUDA for e in self.prof.events())
+        kernels = [e for e in self.prof.events() if e.device_type == DeviceType.CUDA or (not gpu and e.cpu_parent is None)]
         starts = [e.time_range.start for e in kernels]
         ends = [e.time_range.end for e in kernels]
         by_name: dict[str, list[float]] = {}

@@ -166,14 +166,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 # SYNC: report() returns once the controller has taken the previous report, so a crash loses
                 # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
                 ray.train.report({**metrics, **meter.window()}, checkpoint=ckpt)
+        with meter.phase("profiler"):
+            trace.after_step(state.step)
         meter.end_step(
             state.step, tokens=int(counts[1]), processed=int(counts[3]), samples=int(counts[2]), attn_ctx=int(counts[4])
         )
-        trace.after_step(state.step)
     # The last step's record (its report included) goes out with one closing report on every rank.
     ray.train.report(
         {"step": state.step, "total_steps": cfg.total_steps, "final": True, "worker_end_ts": time.time(), **meter.window()}
     )
+    trace.finish()
 
 
 @contextlib.contextmanager
