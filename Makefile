@@ -41,8 +41,9 @@ format: install
 proto: install            ## regenerate service/_gen from proto/ (a test fails if it is stale)
 	$(PY) proto/generate.py
 
-bench: install            ## CPU benchmarks here (service latency and streams); GPU ones: bench/qlora_7b.sh on the device
+bench: install            ## CPU benchmarks here (service; data pipeline, cold vs warm start); GPU ones: bench/*.sh on the device
 	$(PY) bench/service_bench.py
+	$(PY) bench/data_bench.py
 
 lock: install             ## re-pin constraints.txt from the current venv
 	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^rayft'; } > constraints.new && mv constraints.new constraints.txt

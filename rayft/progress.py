@@ -108,9 +108,14 @@ def phase_table(summary: dict[str, Any]) -> Table:
     table.add_column("share", justify="right", footer="100%")
     for name, seconds in summary["timing"]["phases"].items():
         if abs(seconds) >= 0.05 or name == "other":
-            label = f"warm-up ({summary['timing']['warmup_steps']} steps)" if name == "warmup_steps" else name.replace("_", " ")
+            label = _warmup_label(summary) if name == "warmup_steps" else name.replace("_", " ")
             table.add_row(label, f"{seconds:.1f}", f"{seconds / wall:.1%}")
     return table
+
+
+def _warmup_label(summary: dict[str, Any]) -> str:
+    warm = summary["timing"]["warmup_steps"]
+    return f"warm-up ({warm} slow steps)" if warm else "first step (outside steady state)"
 
 
 def _efficiency_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
