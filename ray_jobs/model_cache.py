@@ -6,7 +6,8 @@
   entry's key covers the URI and every file's size and modification time, so a re-uploaded model
   is a new entry. A file lock makes the workers of one node wait for a single download.
 * A hub id goes through the Hugging Face hub's own cache (``HF_HOME``); with ``HF_HUB_OFFLINE=1`` it
-  must already be there.
+  must already be there. Datasets on the hub (``hf://datasets/org/name``, ``ray_jobs.sources``) use the
+  same :func:`hub_snapshot`.
 
 The driver, every tokenizer actor and every training worker call :func:`fetch_model`; the first
 on a node downloads, the rest hit.
@@ -89,19 +90,29 @@ def _verify_sizes(directory: str, listing: list[tuple[str, int, int]]) -> None:
 
 
 def _from_hub(repo_id: str, revision: str | None, start: float) -> Fetched:
+    local, downloaded = hub_snapshot(repo_id, revision, "model", "model.path")
+    if not downloaded:
+        return Fetched(local, "hub-cache", 0, time.perf_counter() - start)
+    size = sum(f.stat().st_size for f in Path(local).rglob("*") if f.is_file())
+    return Fetched(local, "hub", size, time.perf_counter() - start)
+
+
+def hub_snapshot(repo_id: str, revision: str | None, repo_type: str, field: str) -> tuple[str, bool]:
+    """A hub repo's local snapshot from the hub cache, downloading it only if it is not there.
+
+    Returns ``(directory, downloaded)``. With ``HF_HUB_OFFLINE=1`` a repo missing from the cache is an error
+    naming ``field``.
+    """
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        local = snapshot_download(repo_id, revision=revision, local_files_only=True)
-        return Fetched(local, "hub-cache", 0, time.perf_counter() - start)
+        return snapshot_download(repo_id, repo_type=repo_type, revision=revision, local_files_only=True), False
     except LocalEntryNotFoundError:
         pass
     try:
-        local = snapshot_download(repo_id, revision=revision)
+        return snapshot_download(repo_id, repo_type=repo_type, revision=revision), True
     except Exception as exc:  # offline, unknown repo, no network
         raise SpecError(
-            "model.path", f"hub model {repo_id!r} is not in the hub cache and cannot be downloaded ({type(exc).__name__}): {exc}"
+            field, f"hub {repo_type} {repo_id!r} is not in the hub cache and cannot be downloaded ({type(exc).__name__}): {exc}"
         ) from None
-    size = sum(f.stat().st_size for f in Path(local).rglob("*") if f.is_file())
-    return Fetched(local, "hub", size, time.perf_counter() - start)

@@ -1,4 +1,4 @@
-"""Where training rows come from: local files, directories and globs, or an ``s3://`` prefix.
+"""Where training rows come from: local files, directories and globs, an ``s3://`` prefix, or a hub dataset.
 
 File types: JSONL/JSON, CSV and Parquet, each optionally compressed (``.gz``, ``.zst``, ``.bz2``,
 ``.lz4``, ``.br``; detected from the name). S3 settings come from the ``AWS_*`` environment (see
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 READERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 """File suffix -> Ray Data reader."""
 COMPRESSIONS = (".gz", ".zst", ".bz2", ".lz4", ".br")
+HUB_PREFIX = "hf://datasets/"
+"""Hugging Face hub datasets, read from the hub's cache (downloaded into it once; ``HF_HUB_OFFLINE=1`` works)."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,14 @@ def data_files(path: str) -> Files:
     from ray_jobs.storage import s3_filesystem
 
     kinds = ", ".join(READERS) + " (optionally " + "/".join(COMPRESSIONS) + ")"
+    if path.startswith(HUB_PREFIX):
+        return data_files(hub_dataset_dir(path))
     if path.startswith("s3://"):
         fs, root = s3_filesystem(), path[len("s3://") :].rstrip("/")
     elif "://" in path:
-        raise SpecError("data.path", f"{path!r}: unsupported scheme; use a local path or s3://bucket/prefix")
+        raise SpecError(
+            "data.path", f"{path!r}: unsupported scheme; use a local path, s3://bucket/prefix or hf://datasets/org/name"
+        )
     else:
         fs, root = (
             pafs.LocalFileSystem(),
@@ -89,6 +95,20 @@ def data_files(path: str) -> Files:
     if len(types) > 1:
         raise SpecError("data.path", f"{path!r} mixes file types {sorted(types)}; point it at one kind")
     return Files(fs, paths)
+
+
+def hub_dataset_dir(path: str) -> str:
+    """``hf://datasets/org/name[@revision][/sub/path]`` -> that path inside the repo's local snapshot."""
+    from ray_jobs.model_cache import hub_snapshot
+
+    parts = path[len(HUB_PREFIX) :].split("/")
+    if len(parts) < 2 or not all(parts[:2]):
+        raise SpecError(
+            "data.path", f"{path!r}: a hub dataset is hf://datasets/org/name (optionally @revision and a path inside)"
+        )
+    name, _, revision = parts[1].partition("@")
+    snapshot, _ = hub_snapshot(f"{parts[0]}/{name}", revision or None, "dataset", "data.path")
+    return str(Path(snapshot, *parts[2:]))
 
 
 def peek_columns(files: Files) -> list[str]:

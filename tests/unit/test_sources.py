@@ -79,3 +79,45 @@ def test_bad_paths_say_what_is_wrong(tmp_path, setup, needle):
     with pytest.raises(SpecError, match=needle) as info:
         data_files(str(tmp_path / "x"))
     assert info.value.field == "data.path"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """A Hugging Face hub cache laid out as the hub client writes it, offline: nothing is fetched."""
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+
+    def add(repo_type, repo_id, files):
+        root = tmp_path / "hub" / f"{repo_type}s--{repo_id.replace('/', '--')}"
+        (root / "refs").mkdir(parents=True)
+        (root / "refs" / "main").write_text("0" * 40)
+        for name, body in files.items():
+            path = root / "snapshots" / ("0" * 40) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+        return root / "snapshots" / ("0" * 40)
+
+    return add
+
+
+def test_hub_dataset_comes_from_the_hub_cache(hub_cache):
+    snapshot = hub_cache("dataset", "acme/counting", {"data/train.jsonl": JSONL, "README.md": b"# card"})
+    files = data_files("hf://datasets/acme/counting")
+    assert files.paths == [str(snapshot / "data/train.jsonl")]
+    assert peek_columns(files) == ["prompt", "completion"]
+    assert data_files("hf://datasets/acme/counting/data/train.jsonl").paths == files.paths
+
+
+def test_hub_dataset_missing_offline_names_the_field(hub_cache):
+    with pytest.raises(SpecError, match=r"^data.path: hub dataset 'acme/absent' is not in the hub cache"):
+        data_files("hf://datasets/acme/absent")
+
+
+def test_hub_model_hits_the_hub_cache(hub_cache):
+    from ray_jobs.model_cache import fetch_model
+
+    snapshot = hub_cache("model", "acme/tiny", {"config.json": b"{}"})
+    fetched = fetch_model("acme/tiny")
+    assert (fetched.path, fetched.source, fetched.bytes_downloaded) == (str(snapshot), "hub-cache", 0)
