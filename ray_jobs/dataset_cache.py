@@ -31,6 +31,7 @@ from ray_jobs.sources import data_files
 from ray_jobs.spec import DataSpec, FineTuneSpec
 
 CACHE_VERSION = 1
+ROWS_PER_FILE = 512
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -141,7 +142,10 @@ def _fill(spec: FineTuneSpec, entry: Any, parts: dict[str, Any], splits: tuple[s
     payload = cache.new_payload(entry)
     try:
         tokens = tokenize(data, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
-        tokens.write_parquet(payload.path, filesystem=payload.fs, partition_cols=["split"], **_on_this_node(entry))
+        # Files of at least ROWS_PER_FILE packed rows (a few MB), not one per tokenizer batch: fewer read tasks later.
+        tokens.write_parquet(
+            payload.path, filesystem=payload.fs, partition_cols=["split"], min_rows_per_file=ROWS_PER_FILE, **_on_this_node(entry)
+        )
         report: QualityReport = ray.get(ledger.get.remote())
         report.check(data.max_bad_row_frac)
         rows_by_split = {s: _read_split(payload, s).count() if payload.child(f"split={s}").exists() else 0 for s in splits}
