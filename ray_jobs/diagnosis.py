@@ -11,6 +11,7 @@ bottleneck; a job with no finding is compute-bound, and says so without an alarm
 | `padding`         | padding >= 30% of the tokens the model ran on                     |
 | `warmup`          | warm-up steps >= 2x slower than steady, costing >= 10% of training |
 | `grad_checkpointing` | gradient checkpointing on with >= 40% of GPU memory unused     |
+| `slow_eval`       | evaluation (the baseline included) >= 15% of the job's wall time  |
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ PADDING_FRAC = 0.30
 WARMUP_SLOWDOWN = 2.0
 WARMUP_COST_FRAC = 0.10
 FREE_MEMORY_FRAC = 0.40
+EVAL_FRAC = 0.15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +96,18 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
                 f"{warmup_extra:.1f} s in all: tokens/s and MFU leave them out; judge speed on steady state, "
                 "and run long enough that warm-up is a small share",
                 warmup_extra,
+            )
+        )
+
+    evals = rows["first_eval"] + sum(s["phases"].get("eval", 0.0) for s in profile.steps)
+    count = (rows["first_eval"] > 0) + sum(1 for s in profile.steps if s["phases"].get("eval"))
+    if evals / wall >= EVAL_FRAC:
+        findings.append(
+            Finding(
+                "slow_eval",
+                f"evaluation takes {evals / wall:.0%} of wall time ({count} passes, {evals / max(count, 1):.1f} s each): raise "
+                f"train.eval_every (now {spec.train.eval_every}) or lower data.val_fraction (now {spec.data.val_fraction})",
+                evals,
             )
         )
 

@@ -100,3 +100,13 @@ def test_each_rule_fires_alone():
     saves = [step() for _ in range(20)]
     saves[10] = step(wall=4.0, checkpoint=3.0)
     assert [f.kind for f in diagnose(profile_of(saves), spec, wall=28.0)] == ["slow_checkpoint"]
+
+
+def test_slow_evaluation_is_named():
+    steps = [step() for _ in range(20)]
+    steps[9]["phases"]["eval"] = 3.0
+    steps[9]["wall"] += 3.0
+    p = profile_of(steps)
+    p.setup = {"first_eval_s": 3.0}
+    assert [f.kind for f in diagnose(p, _spec(), wall=30.0)] == ["slow_eval"]
+    assert "2 passes" in diagnose(p, _spec(), wall=30.0)[0].message
