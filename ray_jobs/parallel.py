@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -80,3 +80,12 @@ def describe(model: torch.nn.Module) -> dict[str, int | str]:
     layout = "fsdp" if any(isinstance(p, DTensor) for p in params) else "ddp" if hasattr(model, "no_sync") else "single"
     quantized = sum(type(m).__name__ in ("Linear4bit", "Linear8bitLt") for m in model.modules())
     return {"layout": layout, "quantized_layers": quantized}
+
+
+def all_reduce(tensor: Any) -> Any:
+    """Sum ``tensor`` over all workers in place (a no-op in a single process)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor

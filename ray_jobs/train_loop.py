@@ -21,6 +21,7 @@ from typing import Any
 from ray_jobs import checkpoint, parallel
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
+from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.packing import trim_padding
@@ -80,6 +81,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
 
     shard = ray.train.get_dataset_shard("train")
+    eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size) if cfg.has_eval else None
     batches = _micro_batches(shard, spec, state, device)
     first_step_s: float | None = None
     accum = spec.grad_accum_steps
@@ -87,7 +89,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     about = {"trainable_params": trainable, "model_shape": shape, "peak_flops": peak_flops(device), "world_size": world, **layout}
     if cfg.has_eval and state.step == 0:  # the baseline the run is judged against
         with _timed(setup, "first_eval_s"):
-            eval_loss = evaluate(model, ray.train.get_dataset_shard("eval"), spec, device)
+            eval_loss = evaluate(model, eval_batches, spec, device)
             ray.train.report({"step": 0, "total_steps": cfg.total_steps, "eval_loss": eval_loss, **about})
     setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
     meter = StepMeter(device)
@@ -101,7 +103,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         counts = _count(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
         with meter.phase("h2d", gpu=True):
             group = [{k: v.to(device, non_blocking=True) for k, v in b.items()} for b in group]
-            counts = _all_reduce(counts.to(device)).cpu()
+            counts = parallel.all_reduce(counts.to(device)).cpu()
         with meter.phase("forward_backward", gpu=True):
             tokens_per_rank = counts[0].clamp(min=1) / world  # HF loss: sum over tokens / this = global mean
             loss_sum = torch.zeros((), device=device)
@@ -123,7 +125,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            loss = float(_all_reduce(loss_sum) / world)
+            loss = float(parallel.all_reduce(loss_sum) / world)
         state.step += 1
         state.tokens += int(counts[1])
         state.samples += int(counts[2])
@@ -136,7 +138,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         metrics: dict[str, Any] = {}
         if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or last):
             with meter.phase("eval"):
-                metrics["eval_loss"] = evaluate(model, ray.train.get_dataset_shard("eval"), spec, device)
+                metrics["eval_loss"] = evaluate(model, eval_batches, spec, device)
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:
             with meter.phase("checkpoint"):
@@ -248,29 +250,6 @@ def _count(group: list[dict[str, Any]]) -> Any:
     return out
 
 
-def evaluate(model: Any, shard: Any, spec: FineTuneSpec, device: Any) -> float:
-    """Mean loss per label token over the whole eval split (all workers)."""
-    import torch
-
-    model.eval()
-    total = torch.zeros(2, device=device, dtype=torch.float64)
-    with torch.no_grad():
-        for batch in shard.iter_torch_batches(batch_size=spec.train.micro_batch_size, dtypes=torch.long, device=device):
-            batch = trim_padding(batch)
-            with autocast(spec, device):
-                out = model(
-                    input_ids=batch["input_ids"],
-                    position_ids=batch["position_ids"],
-                    labels=batch["labels"],
-                    num_items_in_batch=1,
-                    use_cache=False,
-                )
-            total += torch.stack([out.loss.double(), (batch["labels"][:, 1:] != -100).sum().double()])
-    model.train()
-    total = _all_reduce(total)
-    return float(total[0] / total[1].clamp(min=1))
-
-
 def lr_scheduler(optimizer: Any, train: TrainSpec, total_steps: int) -> Any:
     """Linear warmup, then cosine or linear decay to 0 (or constant)."""
     import torch
@@ -286,11 +265,3 @@ def lr_scheduler(optimizer: Any, train: TrainSpec, total_steps: int) -> Any:
         return 1.0
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def _all_reduce(tensor: Any) -> Any:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(tensor)
-    return tensor
