@@ -116,7 +116,7 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     tokens = prepared.datasets["train"].sum("num_tokens")
     rows = prepared.cache["rows_tokenized"]
     start = time.perf_counter()
-    tokenize(spec.data, spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
+    tokenize(spec.data, "chat", spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
     only = time.perf_counter() - start
     return {
         "workers": workers,

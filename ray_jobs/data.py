@@ -130,9 +130,16 @@ class TokenizeAndPack:
 
 
 def tokenize(
-    data: DataSpec, model_path: str, revision: str | None, splits: tuple[Split, ...], ledger: Any, chaos: Chaos = NO_CHAOS
+    data: DataSpec,
+    fmt: str,
+    model_path: str,
+    revision: str | None,
+    splits: tuple[Split, ...],
+    ledger: Any,
+    chaos: Chaos = NO_CHAOS,
 ) -> ray.data.Dataset:
-    """The records of ``splits`` as a lazy, streaming dataset of packed rows."""
+    """The records of ``splits`` (rows in format ``fmt``, see :func:`resolve_format`) as a lazy, streaming
+    dataset of packed rows."""
     import ray.data
 
     # A file arrives as one block of records; cut it into tokenizer-sized blocks so that every actor
@@ -144,7 +151,7 @@ def tokenize(
             "model_path": model_path,
             "revision": revision,
             "data": data,
-            "fmt": resolve_format(data),
+            "fmt": fmt,
             "splits": splits,
             "ledger": ledger,
             "chaos": chaos,

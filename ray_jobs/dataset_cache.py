@@ -28,7 +28,7 @@ from ray_jobs.data import TOKEN_COLUMNS, new_ledger, resolve_format, tokenize
 from ray_jobs.model_cache import fetch_model
 from ray_jobs.quality import QualityReport
 from ray_jobs.sources import data_files
-from ray_jobs.spec import DataSpec, FineTuneSpec
+from ray_jobs.spec import FineTuneSpec
 
 CACHE_VERSION = 1
 ROWS_PER_FILE = 512
@@ -68,11 +68,17 @@ def prepare(spec: FineTuneSpec, chaos: Chaos = NO_CHAOS) -> Prepared:
     start = time.perf_counter()
     if not data.cache:
         ledger = new_ledger(data, fail_early=True)
-        datasets = {s: tokenize(data, spec.model.path, spec.model.revision, (s,), ledger, chaos) for s in splits}
+        fmt = resolve_format(data)
+        datasets = {s: tokenize(data, fmt, spec.model.path, spec.model.revision, (s,), ledger, chaos) for s in splits}
         datasets = {s: ds.select_columns(TOKEN_COLUMNS) for s, ds in datasets.items()}
         if "eval" in datasets:
             datasets["eval"] = datasets["eval"].materialize()
-        info = {"enabled": False, "hit": False, "bytes_downloaded": _source_bytes(data), "rows_tokenized": None}
+        info = {
+            "enabled": False,
+            "hit": False,
+            "bytes_downloaded": sum(size for _, size, _ in data_files(data.path).identity()),
+            "rows_tokenized": None,
+        }
         return Prepared(datasets, info, ledger=ledger)
 
     key, parts = dataset_key(spec)
@@ -101,8 +107,7 @@ def prepare(spec: FineTuneSpec, chaos: Chaos = NO_CHAOS) -> Prepared:
 def dataset_key(spec: FineTuneSpec) -> tuple[str, dict[str, Any]]:
     """The entry's key and the parts it hashes (kept in the manifest, to explain a miss)."""
     data = spec.data
-    files = data_files(data.path)
-    sources = [(info.path, info.size, info.mtime_ns) for info in files.fs.get_file_info(files.paths)]
+    sources = data_files(data.path).identity()
     parts = {
         "version": CACHE_VERSION,
         "sources": sources,
@@ -141,7 +146,7 @@ def _fill(spec: FineTuneSpec, entry: Any, parts: dict[str, Any], splits: tuple[s
     ledger = new_ledger(data, fail_early=False)
     payload = cache.new_payload(entry)
     try:
-        tokens = tokenize(data, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
+        tokens = tokenize(data, parts["format"], spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
         # Files of at least ROWS_PER_FILE packed rows (a few MB), not one per tokenizer batch: fewer read tasks later.
         tokens.write_parquet(
             payload.path, filesystem=payload.fs, partition_cols=["split"], min_rows_per_file=ROWS_PER_FILE, **_on_this_node(entry)
@@ -187,8 +192,3 @@ def _on_this_node(loc: Any) -> dict[str, Any]:
             "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         }
     }
-
-
-def _source_bytes(data: DataSpec) -> int:
-    files = data_files(data.path)
-    return sum(info.size for info in files.fs.get_file_info(files.paths))

@@ -38,6 +38,10 @@ class Files:
     def reader(self) -> str:
         return READERS[file_type(self.paths[0])]
 
+    def identity(self) -> list[tuple[str, int, int]]:
+        """``(path, size, mtime_ns)`` of every file: what the dataset cache keys on, and what a read downloads."""
+        return [(info.path, info.size, info.mtime_ns) for info in self.fs.get_file_info(self.paths)]
+
 
 def file_type(path: str) -> str:
     """``.jsonl`` for ``train.jsonl.gz``; ``""`` for unreadable types."""

@@ -58,7 +58,7 @@ def write_tensorboard(history: list[dict[str, Any]], summary: dict[str, Any], di
         for name, seconds in summary["timing"]["phases"].items():
             writer.add_scalar(f"time/{name}_s", seconds, summary["steps"])
         for key, value in summary["efficiency"].items():
-            if isinstance(value, (int, float)) and value is not None:
+            if isinstance(value, (int, float)):
                 writer.add_scalar(f"efficiency/{key}", value, summary["steps"])
         writer.add_text(
             "diagnosis", "\n\n".join(f["message"] for f in summary["diagnosis"]) or "no bottleneck found", summary["steps"]
