@@ -82,7 +82,8 @@ class TokenizeAndPack:
         self.chaos.slow_tokenizer()
         report = QualityReport()
         examples: dict[str, list[Example]] = {split: [] for split in self.splits}
-        for source, line, record in zip(*(batch.column(c).to_pylist() for c in ("source", "line", "record"))):
+        columns = ("source", "file", "line", "record")
+        for source, file, line, record in zip(*(batch.column(c).to_pylist() for c in columns)):
             split = "eval" if in_eval_split(record, self.data.val_fraction) else "train"
             if split not in examples:
                 continue
@@ -90,7 +91,7 @@ class TokenizeAndPack:
             try:
                 examples[split].append(self.encode(record, report))
             except BadRow as bad:
-                report.record(bad, f"{source}:{line}")
+                report.record(bad, f"{source}:{line}", file, line)
         if ray.get(self.ledger.add.remote(report)):  # streaming: fail as soon as the share is clearly too high
             raise DataQualityError(ray.get(self.ledger.get.remote()).describe(self.data.max_bad_row_frac))
         parts = [self._pack(split, rows) for split, rows in examples.items()]

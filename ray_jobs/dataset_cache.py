@@ -30,7 +30,7 @@ from ray_jobs.quality import QualityReport
 from ray_jobs.sources import data_files
 from ray_jobs.spec import FineTuneSpec
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 ROWS_PER_FILE = 512
 TOKENIZER_FILES = (
     "tokenizer.json",

@@ -21,6 +21,10 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
       (the Jobs API client would otherwise need the token).
     - The Ray Train controller collects one report per worker per poll (default every 2 s); reports
       still queued when a worker dies are lost, so poll faster.
+    - Ray runs its workers at nice 15 (``worker_niceness``), behind everything else on the machine. On a
+      dedicated Ray node that only favours the raylet; on a shared machine (a laptop, a CI runner) any
+      busy process starves the job: with two ``yes > /dev/null`` beside it, a 41 s tiny job took 11 min
+      here. A local cluster runs its workers at the machine's normal priority.
     """
     import tempfile
 
@@ -28,6 +32,7 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
     os.environ["RAY_TRAIN_V2_ENABLED"] = "1"  # an empty value would silently select Train V1
+    os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
     # A temp dir of its own: Ray job drivers find "their" cluster through <temp dir>/ray_current_cluster,

@@ -5,8 +5,10 @@ the workers report (``setup`` timings, then one record per step from ``ray_jobs.
 phase table adds up to the job's wall time by construction: whatever no phase covers is "other".
 
 **Warm-up.** Leading steps whose compute time is over 1.5x the steady median (the median of the
-second half of the run) are warm-up: compilation, autotuning, allocator growth. They get their own
-row, and steady-state figures exclude them.
+second half of the run), and over the slowest tenth of the second half, are warm-up: compilation,
+autotuning, allocator growth. They get their own row, and steady-state figures exclude them. The
+second condition judges the run against its own noise: on a busy machine steps vary, and an early
+step no slower than the run's own slow steps is noise, not warm-up.
 
 **FLOPs** (per trained, non-padding token; N = parameters of every matmul, the LM head included and
 embeddings excluded; N_lora = the trainable LoRA matmul parameters; L layers; d = heads x head dim;
@@ -114,7 +116,7 @@ class JobProfile:
         """Fold in one progress report (rank 0's metrics)."""
         self.setup.update(report.get("setup", {}))
         self.steps.extend(report.get("step_timing", []))
-        for key in ("model_shape", "peak_flops", "world_size", "gpu_mem_peak_gb", "gpu_mem_total_gb"):
+        for key in ("model_shape", "peak_flops", "world_size", "gpu_mem_peak_gb", "gpu_mem_total_gb", "total_steps"):
             if report.get(key) is not None:
                 self.about[key] = report[key]
         if "worker_end_ts" in report:
@@ -126,11 +128,21 @@ class JobProfile:
         busy = [_busy(s) for s in self.steps]
         if len(busy) < 4:
             return 0
-        steady = statistics.median(busy[len(busy) // 2 :])
+        second_half = busy[len(busy) // 2 :]
+        slow_tenth = statistics.quantiles(second_half, n=10)[-1] if len(second_half) > 1 else second_half[0]
+        threshold = max(WARMUP_RATIO * statistics.median(second_half), slow_tenth)
         k = 0
-        while k < len(busy) // 2 and busy[k] > WARMUP_RATIO * steady:
+        while k < len(busy) // 2 and busy[k] > threshold:
             k += 1
         return k
+
+    def training_time(self) -> float:
+        """Seconds from the first step's first batch to the last step's end (the loop's own time)."""
+        return sum(s["wall"] for s in self.steps) - (self.steps[0]["phases"].get("data_wait", 0.0) if self.steps else 0.0)
+
+    def final_step(self) -> int | None:
+        """The run's last step, once a report has said how many there are."""
+        return self.about.get("total_steps")
 
     def head_steps(self) -> int:
         """Steps left out of steady state: the warm-up, and always the first (it waits for the first batch)."""

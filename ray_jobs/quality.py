@@ -13,6 +13,11 @@ Rows cut to ``max_seq_len`` under ``data.overlong: truncate`` are kept and count
 (not bad). The tokenizer actors add their counts to one :class:`RowLedger` actor per job; the
 driver reads the report once the dataset is tokenized. The job fails when bad rows exceed
 ``data.max_bad_row_frac`` of all rows, with a report naming the first few (file:line and why).
+
+"First" means first in the data, not first to arrive: Ray Data tokenizes blocks in any order, so each
+sample carries its place (the file's index in the listing, then the line) and every report keeps the
+earliest :data:`MAX_EXAMPLES` of each kind by that place. The same rows give the same report however
+the blocks were scheduled.
 """
 
 from __future__ import annotations
@@ -40,6 +45,27 @@ class DataQualityError(RuntimeError):
     """Too many bad rows; the message is the report."""
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class BadRowSample:
+    """One located bad row. Ordered by place in the data: file index in the listing, then line."""
+
+    file_index: int
+    """The file's position in the sorted listing of ``data.path`` (``ray_jobs.sources.data_files``)."""
+    line: int
+    """1-based line of a JSONL file, or row number in the other file types."""
+    kind: str = dataclasses.field(compare=False)
+    location: str = dataclasses.field(compare=False)
+    """``file:line``, as a user would open it."""
+    reason: str = dataclasses.field(compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BadRowSample:
+        return cls(**data)
+
+
 @dataclasses.dataclass
 class QualityReport:
     rows: int = 0
@@ -47,21 +73,27 @@ class QualityReport:
     bad: Counter = dataclasses.field(default_factory=Counter)
     """Bad rows by kind."""
     truncated: int = 0
-    examples: list[dict[str, str]] = dataclasses.field(default_factory=list)
-    """The first few bad rows of each kind: ``{"kind", "location", "reason"}``."""
+    examples: list[BadRowSample] = dataclasses.field(default_factory=list)
+    """The earliest bad rows of each kind (at most :data:`MAX_EXAMPLES` each), in data order."""
 
     def add(self, other: QualityReport) -> None:
         self.rows += other.rows
         self.bad.update(other.bad)
         self.truncated += other.truncated
-        for example in other.examples:
-            if sum(e["kind"] == example["kind"] for e in self.examples) < MAX_EXAMPLES:
-                self.examples.append(example)
+        self._keep_earliest(other.examples)
 
-    def record(self, bad: BadRow, location: str) -> None:
+    def record(self, bad: BadRow, location: str, file_index: int, line: int) -> None:
         self.bad[bad.kind] += 1
-        if sum(e["kind"] == bad.kind for e in self.examples) < MAX_EXAMPLES:
-            self.examples.append({"kind": bad.kind, "location": location, "reason": str(bad)})
+        self._keep_earliest([BadRowSample(file_index, line, bad.kind, location, str(bad))])
+
+    def _keep_earliest(self, new: list[BadRowSample]) -> None:
+        kept: Counter = Counter()
+        merged = []
+        for sample in sorted([*self.examples, *new]):
+            kept[sample.kind] += 1
+            if kept[sample.kind] <= MAX_EXAMPLES:
+                merged.append(sample)
+        self.examples = merged
 
     @property
     def bad_rows(self) -> int:
@@ -78,12 +110,13 @@ class QualityReport:
             "bad_frac": self.bad_frac,
             "bad_by_kind": {k: self.bad[k] for k in BAD_ROW_KINDS if self.bad[k]},
             "truncated": self.truncated,
-            "examples": self.examples,
+            "examples": [e.to_dict() for e in self.examples],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QualityReport:
-        return cls(data["rows"], Counter(data["bad_by_kind"]), data["truncated"], list(data["examples"]))
+        examples = [BadRowSample.from_dict(e) for e in data["examples"]]
+        return cls(data["rows"], Counter(data["bad_by_kind"]), data["truncated"], examples)
 
     def check(self, max_frac: float) -> None:
         """Raise :class:`DataQualityError` when the bad share is over ``max_frac``."""
@@ -92,7 +125,7 @@ class QualityReport:
 
     def describe(self, max_frac: float) -> str:
         kinds = ", ".join(f"{n} {k}" for k, n in self.to_dict()["bad_by_kind"].items())
-        where = "; ".join(f"{e['location']} ({e['kind']}: {e['reason']})" for e in self.examples[:MAX_EXAMPLES])
+        where = "; ".join(f"{e.location} ({e.kind}: {e.reason})" for e in self.examples[:MAX_EXAMPLES])
         return (
             f"data.path: {self.bad_rows} of {self.rows} rows are bad ({self.bad_frac:.1%}, over data.max_bad_row_frac "
             f"{max_frac:.1%}): {kinds}. First: {where}. Fix the rows, or raise data.max_bad_row_frac to skip them"

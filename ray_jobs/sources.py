@@ -138,33 +138,44 @@ def peek_columns(files: Files) -> list[str]:
 
 
 def read_records(path: str) -> ray.data.Dataset:
-    """One row per record, unparsed, with where it came from: ``{"source", "line", "record"}``.
+    """One row per record, unparsed, with where it came from: ``{"source", "file", "line", "record"}``.
 
     ``record`` is the JSON text of the row (a JSONL line as written; CSV and Parquet rows are
     re-encoded), parsed by the tokenizer actors so that a bad line is counted there, not fatal here.
-    ``line`` is the 1-based line of a JSONL file, or the row number of the other file types.
+    ``line`` is the 1-based line of a JSONL file, or the row number of the other file types; ``file`` is the
+    file's index in the sorted listing, so that "the first bad row" means first in the data.
     Every file is read whole, once, in parallel (``ray.data.read_binary_files``).
     """
     import ray.data
 
     files = data_files(path)
     return ray.data.read_binary_files(files.paths, filesystem=files.fs, include_paths=True).flat_map(
-        split_records, fn_kwargs={"reader": files.reader, "scheme": "s3://" if path.startswith("s3://") else ""}
+        split_records,
+        fn_kwargs={
+            "reader": files.reader,
+            "scheme": "s3://" if path.startswith("s3://") else "",
+            "order": {p: i for i, p in enumerate(files.paths)},
+        },
     )
 
 
-def split_records(file: dict[str, Any], reader: str, scheme: str = "") -> list[dict[str, Any]]:
-    """A file's bytes (a ``read_binary_files`` row) -> its records."""
+def split_records(
+    file: dict[str, Any], reader: str, scheme: str = "", order: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """A file's bytes (a ``read_binary_files`` row) -> its records. ``order`` maps each path to its index in
+    the listing (absent: 0)."""
     source, data = scheme + file["path"], file["bytes"]
+    index = (order or {}).get(file["path"], 0)
     if reader == "json":
         text = data.decode("utf-8", errors="replace")
         if text.lstrip().startswith("["):
             try:
                 rows = json.loads(text)
             except ValueError:
-                return [{"source": source, "line": 1, "record": text[:200]}]  # counted as unparsable
-            return [{"source": source, "line": i + 1, "record": json.dumps(r)} for i, r in enumerate(rows)]
-        return [{"source": source, "line": i + 1, "record": line} for i, line in enumerate(text.splitlines()) if line.strip()]
+                return [{"source": source, "file": index, "line": 1, "record": text[:200]}]  # counted as unparsable
+            return [{"source": source, "file": index, "line": i + 1, "record": json.dumps(r)} for i, r in enumerate(rows)]
+        lines = enumerate(text.splitlines())
+        return [{"source": source, "file": index, "line": i + 1, "record": line} for i, line in lines if line.strip()]
     import io
 
     if reader == "csv":
@@ -177,7 +188,8 @@ def split_records(file: dict[str, Any], reader: str, scheme: str = "") -> list[d
         import pyarrow.parquet as pq
 
         table = pq.read_table(io.BytesIO(data))
-    return [{"source": source, "line": i + 1, "record": json.dumps(row, default=str)} for i, row in enumerate(table.to_pylist())]
+    rows = enumerate(table.to_pylist())
+    return [{"source": source, "file": index, "line": i + 1, "record": json.dumps(row, default=str)} for i, row in rows]
 
 
 def _first_of_array(files: Files, path: str) -> Any:

@@ -331,7 +331,8 @@ def test_ray_unreachable_gives_unavailable_and_keeps_the_job_queued(tmp_path, to
     srv = Server(tmp_path / "service", "http://127.0.0.1:9").start()
     try:
         client = Client(srv.address, tokens["team-a"])
-        time.sleep(3)  # the reconciler's first pass finds Ray down
+        # The reconciler's first pass finds Ray down (it logs so once); wait for that, however long it takes.
+        wait_for(lambda: "Ray unreachable" in srv.log.read_text())
         with pytest.raises(grpc.RpcError) as info:
             client.submit(tiny_job(tiny_spec, "svc-no-ray"), idempotency_key="k")
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "unreachable" in info.value.details()

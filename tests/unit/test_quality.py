@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from ray_jobs.data import TokenizeAndPack
-from ray_jobs.quality import BadRow, DataQualityError, QualityReport
+from ray_jobs.quality import MAX_EXAMPLES, BadRow, DataQualityError, QualityReport, RowLedger
 from ray_jobs.sources import split_records
 from ray_jobs.tiny import BAD_LINES, write_dataset_with_bad_rows
 
@@ -60,7 +61,7 @@ def test_report_skips_below_the_threshold_and_fails_above_naming_the_lines(tmp_p
         try:
             encoder.encode(record["record"], report)
         except BadRow as bad:
-            report.record(bad, f"{record['source']}:{record['line']}")
+            report.record(bad, f"{record['source']}:{record['line']}", record["file"], record["line"])
 
     assert report.rows == 400 and report.bad_rows == 20
     assert dict(report.bad) == {k: list(bad_at.values()).count(k) for k in set(bad_at.values())}
@@ -76,17 +77,47 @@ def test_report_skips_below_the_threshold_and_fails_above_naming_the_lines(tmp_p
 def test_report_keeps_a_few_examples_per_kind_and_round_trips():
     report, part = QualityReport(), QualityReport(rows=100)
     for i in range(9):
-        part.record(BadRow("unparsable", "x"), f"f:{i}")
+        part.record(BadRow("unparsable", "x"), f"f:{i}", 0, i)
     report.add(part)
     report.add(part)
     assert report.bad["unparsable"] == 18 and len(report.examples) == 5
     assert QualityReport.from_dict(report.to_dict()).to_dict() == report.to_dict()
 
 
+def test_the_ledger_reports_the_earliest_rows_in_file_order_whatever_order_blocks_arrive_in():
+    """Ray Data finishes blocks in any order; "First:" must still name the first bad rows of the data."""
+    kinds = ["unparsable", "missing_field", "empty_completion", "too_long"]
+    files = ["a.jsonl", "b.jsonl", "c.jsonl"]  # listing order
+    rng = random.Random(0)
+    bad = [(f, line, rng.choice(kinds)) for f in range(3) for line in rng.sample(range(1, 400), 12)]
+    expected = {
+        kind: sorted((f, line) for f, line, k in bad if k == kind)[:MAX_EXAMPLES] for kind in kinds
+    }
+    reports = set()
+    for trial in range(20):
+        blocks = [bad[i : i + 4] for i in range(0, len(bad), 4)]
+        rng.shuffle(blocks)
+        ledger = RowLedger(max_frac=1.0)
+        for block in blocks:
+            part = QualityReport(rows=100)
+            for f, line, kind in rng.sample(block, len(block)):
+                part.record(BadRow(kind, "why"), f"{files[f]}:{line}", f, line)
+            ledger.add(part)
+        report = ledger.get()
+        for kind in kinds:
+            assert [(e.file_index, e.line) for e in report.examples if e.kind == kind] == expected[kind]
+        reports.add(report.describe(0.0))
+    assert len(reports) == 1, "the same rows give the same report, whatever the block order"
+    first = min(bad)
+    assert f"First: {files[first[0]]}:{first[1]} ({first[2]}: why)" in reports.pop()
+
+
 def test_records_carry_file_and_line(tmp_path):
     jsonl = b'{"a": 1}\n\n{"a": 2}\nnot json\n'
     rows = split_records({"path": "s3://b/x.jsonl.gz", "bytes": jsonl}, "json")
     assert [(r["line"], r["record"]) for r in rows] == [(1, '{"a": 1}'), (3, '{"a": 2}'), (4, "not json")]
+    rows = split_records({"path": "b/y.jsonl", "bytes": jsonl}, "json", order={"b/x.jsonl": 0, "b/y.jsonl": 1})
+    assert {r["file"] for r in rows} == {1}, "a record knows its file's place in the listing"
     rows = split_records({"path": "x.json", "bytes": b'[{"a": 1}, {"a": 2}]'}, "json")
     assert [json.loads(r["record"]) for r in rows] == [{"a": 1}, {"a": 2}]
     rows = split_records({"path": "x.csv", "bytes": b"prompt,completion\nhi,42\n"}, "csv")
