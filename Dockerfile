@@ -4,7 +4,8 @@
 FROM rayproject/ray:2.60.0-py311-cu128
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY rayft_contract rayft_contract
 COPY ray_jobs ray_jobs
 COPY rayft rayft
 COPY service service
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[train]"

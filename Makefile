@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch first: an unpinned torch would pull GBs of CUDA wheels.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[all,dev]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -38,7 +38,7 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-proto: install            ## regenerate service/_gen from proto/ (a test fails if it is stale)
+proto: install            ## regenerate rayft_contract/v1 from proto/ (a test fails if it is stale)
 	$(PY) proto/generate.py
 
 bench: install            ## CPU benchmarks here (service; data pipeline, cold vs warm start); GPU ones: bench/*.sh on the device

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ray_jobs.spec import FineTuneSpec  # noqa: E402
+from rayft_contract.spec import FineTuneSpec  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 

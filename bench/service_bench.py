@@ -32,12 +32,12 @@ import grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ray_jobs.spec import FineTuneSpec  # noqa: E402
 from rayft.client import Client  # noqa: E402
 from rayft.local_service import wait_ready  # noqa: E402
+from rayft_contract.spec import FineTuneSpec  # noqa: E402
+from rayft_contract.v1 import finetune_pb2 as pb  # noqa: E402
+from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc  # noqa: E402
 from service import auth  # noqa: E402
-from service._gen.rayft.v1 import finetune_pb2 as pb  # noqa: E402
-from service._gen.rayft.v1 import finetune_pb2_grpc as pb_grpc  # noqa: E402
 from service.store_sqlite import SqliteJobStore  # noqa: E402
 
 SPEC = {"model": {"path": "org/model"}, "data": {"path": "/data/train.jsonl"}, "train": {"max_steps": 10}}

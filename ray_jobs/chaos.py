@@ -1,6 +1,6 @@
 """Deliberate slowdowns, for the tests that check the diagnosis names each bottleneck.
 
-Never set by a spec: ``run(..., chaos=Chaos(...))`` and ``rayft train --chaos KEY=VALUE`` only.
+Never set by a spec or a flag: only code passes it, as ``run(..., chaos=Chaos(...))`` (the diagnosis tests).
 """
 
 from __future__ import annotations

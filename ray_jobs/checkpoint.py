@@ -65,13 +65,23 @@ def save(model: torch.nn.Module, optimizer: Any, scheduler: Any, state: TrainSta
     return ray.train.Checkpoint.from_directory(str(directory))
 
 
+def release(checkpoint: ray.train.Checkpoint | None) -> None:
+    """Remove the local copy :func:`save` made, once ``ray.train.report`` has persisted it to the run's storage."""
+    import shutil
+
+    if checkpoint is not None:
+        shutil.rmtree(checkpoint.path)
+
+
 def load(checkpoint: ray.train.Checkpoint, model: torch.nn.Module, optimizer: Any, scheduler: Any) -> TrainState:
     """Restore the trainable weights, optimizer and scheduler into place; return the train state."""
     import torch
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     with checkpoint.as_directory() as directory:
-        saved = torch.load(Path(directory) / "train_state.pt", map_location="cpu", weights_only=False)
+        # weights_only: tensors, numbers, strings and containers, never arbitrary pickled objects. The run
+        # directory is the team's own storage, so a file planted there must not run code in our workers.
+        saved = torch.load(Path(directory) / "train_state.pt", map_location="cpu", weights_only=True)
     set_state_dict(
         model,
         optimizer,

@@ -25,7 +25,7 @@ from ray_jobs.formats import BadRowError, detect_format, to_text, to_turns
 from ray_jobs.packing import Example, pack
 from ray_jobs.quality import BadRow, DataQualityError, QualityReport
 from ray_jobs.sources import data_files, peek_columns, read_records
-from ray_jobs.spec import DataSpec, SpecError
+from rayft_contract.spec import DataSpec, SpecError
 
 if TYPE_CHECKING:
     import pyarrow as pa

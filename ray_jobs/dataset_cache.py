@@ -28,7 +28,7 @@ from ray_jobs.data import TOKEN_COLUMNS, new_ledger, resolve_format, tokenize
 from ray_jobs.model_cache import fetch_model
 from ray_jobs.quality import QualityReport
 from ray_jobs.sources import data_files
-from ray_jobs.spec import FineTuneSpec
+from rayft_contract.spec import FineTuneSpec
 
 CACHE_VERSION = 2
 ROWS_PER_FILE = 512

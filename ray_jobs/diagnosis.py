@@ -29,7 +29,7 @@ import dataclasses
 from typing import Any
 
 from ray_jobs.profile import JobProfile
-from ray_jobs.spec import FineTuneSpec
+from rayft_contract.spec import FineTuneSpec
 
 DATA_WAIT_FRAC = 0.10
 CHECKPOINT_FRAC = 0.05

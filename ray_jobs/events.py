@@ -1,4 +1,4 @@
-"""Job events: how progress leaves the Ray Train controller and reaches the driver.
+"""How progress leaves the Ray Train controller and reaches the driver.
 
 Ray Train calls :class:`ForwardReports` on its controller after every ``ray.train.report`` (with
 all ranks' metrics) and after a worker failure. It puts one :class:`Event` on a Ray queue; the
@@ -8,27 +8,11 @@ bar, the metrics log, and later the service's event stream.
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from typing import Any, Literal
+from typing import Any
 
 from ray.train import UserCallback
 
-EventKind = Literal["phase", "progress", "timing", "failure", "diagnosis", "summary"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Event:
-    kind: EventKind
-    """``phase`` (the job moved on: ``data``, ``training``, ``export``), ``progress`` (metrics of a
-    report), ``failure`` (a worker failed; Ray Train restarts from the last checkpoint), ``diagnosis``
-    (a bottleneck found: ``kind``, ``message``, ``cost_s``; see ``ray_jobs.diagnosis``) or ``summary``.
-    ``timing`` (the step records of the workers' closing report) stays inside the driver."""
-    data: dict[str, Any]
-    time: float = dataclasses.field(default_factory=time.time)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "time": self.time, **self.data}
+from rayft_contract.events import Event
 
 
 class ForwardReports(UserCallback):

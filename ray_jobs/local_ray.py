@@ -6,8 +6,10 @@ embedded default) and by the tests. Measured facts behind each setting are in th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 
 
 def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
@@ -25,6 +27,8 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
       dedicated Ray node that only favours the raylet; on a shared machine (a laptop, a CI runner) any
       busy process starves the job: with two ``yes > /dev/null`` beside it, a 41 s tiny job took 11 min
       here. A local cluster runs its workers at the machine's normal priority.
+    - The dashboard agent (which runs Ray Jobs) listens on a port the OS picks, not Ray's fixed 52365:
+      see :func:`_any_free_agent_port`.
     """
     import tempfile
 
@@ -38,14 +42,42 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
     # A temp dir of its own: Ray job drivers find "their" cluster through <temp dir>/ray_current_cluster,
     # which another cluster on the machine (a second service, a test run) would otherwise overwrite.
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
-    context = ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=dashboard,
-        _temp_dir=temp_dir,
-        dashboard_host="127.0.0.1",
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-    )
+    with _any_free_agent_port():
+        context = ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=dashboard,
+            _temp_dir=temp_dir,
+            dashboard_host="127.0.0.1",
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
     return context.address_info | {"dashboard_url": context.dashboard_url}
+
+
+@contextlib.contextmanager
+def _any_free_agent_port() -> Iterator[None]:
+    """Let the OS pick the dashboard agent's port while ``ray.init`` starts a cluster.
+
+    ``ray start`` takes ``--dashboard-agent-listen-port``, but ``ray.init`` cannot set it: every
+    cluster it starts binds 52365. A second local cluster on the machine (a test session beside
+    ``rayft serve``, two test sessions, a demo during the tests) then runs without a Jobs API: every
+    submission fails with "No available agent to submit job", found when two suites shared this
+    machine. Ray itself resolves a port of 0 (the agent reports the port it bound), so the default is
+    set to 0 for the duration of the call. Nothing in Ray's public API does this, hence the patch;
+    Ray is pinned to 2.60, and ``tests/integration`` runs a second cluster beside the session's.
+    """
+    import inspect
+
+    from ray._private import parameter
+
+    init = parameter.RayParams.__init__
+    with_defaults = [p.name for p in inspect.signature(init).parameters.values() if p.default is not inspect.Parameter.empty]
+    index = with_defaults.index("dashboard_agent_listen_port")
+    saved = init.__defaults__
+    init.__defaults__ = (*saved[:index], 0, *saved[index + 1 :])
+    try:
+        yield
+    finally:
+        init.__defaults__ = saved

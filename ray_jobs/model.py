@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ray_jobs.spec import FineTuneSpec
+from rayft_contract.spec import FineTuneSpec
 
 if TYPE_CHECKING:
     import torch

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_jobs import cache
-from ray_jobs.spec import SpecError
+from rayft_contract.spec import SpecError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,17 +1,16 @@
 """Checks that run before any cluster starts, so bad input costs a second, not a minute.
 
-Each failure is a :class:`~ray_jobs.spec.SpecError`: one line naming the field and the fix.
+Each failure is a :class:`~rayft_contract.spec.SpecError`: one line naming the field and the fix.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
 from ray_jobs.data import resolve_format
 from ray_jobs.sources import data_files
-from ray_jobs.spec import FineTuneSpec, SpecError
+from rayft_contract.spec import FineTuneSpec, SpecError
 
 
 def check(spec: FineTuneSpec) -> str:
@@ -49,17 +48,3 @@ def check_model(path: str) -> None:
 
         if not isinstance(try_to_load_from_cache(path, "config.json"), str):
             raise SpecError("model.path", f"hub model {path!r} is not in the local hub cache and HF_HUB_OFFLINE is set")
-
-
-def absolute_paths(spec: FineTuneSpec) -> FineTuneSpec:
-    """The spec with local paths made absolute: Ray workers do not share the driver's directory."""
-
-    def absolute(path: str, always: bool = False) -> str:
-        local = Path(path).expanduser()
-        return str(local.resolve()) if "://" not in path and (always or local.exists()) else path
-
-    return spec.replace(
-        model=dataclasses.replace(spec.model, path=absolute(spec.model.path)),
-        data=dataclasses.replace(spec.data, path=absolute(spec.data.path, always=True)),  # globs too
-        output=dataclasses.replace(spec.output, dir=absolute(spec.output.dir, always=True)),
-    )

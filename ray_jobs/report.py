@@ -8,7 +8,6 @@ never waits on the service.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -16,10 +15,10 @@ import time
 
 import grpc
 
-from ray_jobs.events import Event
-from service._gen.rayft.v1 import finetune_pb2 as pb
-from service._gen.rayft.v1 import finetune_pb2_grpc as pb_grpc
-from service.convert import progress_from_metrics
+from rayft_contract.convert import event_to_proto, progress_from_metrics
+from rayft_contract.events import Event
+from rayft_contract.v1 import finetune_pb2 as pb
+from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 _DONE = object()
@@ -27,18 +26,10 @@ RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 def to_proto(event: Event) -> pb.JobEvent:
-    message = pb.JobEvent(time=event.time)
+    """A progress report's metrics become Progress fields (with the ETA); every other kind maps as is."""
     if event.kind == "progress":
-        message.progress.CopyFrom(pb.Progress(**progress_from_metrics(event.data)))
-    elif event.kind == "phase":
-        message.phase.CopyFrom(pb.Phase(phase=event.data["phase"], detail=event.data.get("detail", "")))
-    elif event.kind == "diagnosis":
-        message.diagnosis.CopyFrom(pb.Diagnosis(**event.data))
-    elif event.kind == "failure":
-        message.failure.CopyFrom(pb.Failure(errors=event.data["errors"]))
-    elif event.kind == "summary":
-        message.summary.CopyFrom(pb.Summary(json=json.dumps(event.data, default=str)))
-    return message
+        event = Event("progress", progress_from_metrics(event.data), event.time)
+    return event_to_proto(event)
 
 
 class Reporter:

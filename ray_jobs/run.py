@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -27,9 +28,9 @@ from typing import Any
 from ray_jobs import preflight, storage
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.diagnosis import diagnose, verdict
-from ray_jobs.events import Event
 from ray_jobs.profile import JobProfile
-from ray_jobs.spec import FineTuneSpec, SpecError
+from rayft_contract.events import Event
+from rayft_contract.spec import FineTuneSpec, SpecError
 
 log = logging.getLogger(__name__)
 EventSink = Callable[[Event], None]
@@ -41,8 +42,8 @@ class JobResult:
     """Local path or ``s3://`` URI of ``{output.dir}/{name}``."""
     adapter_dir: str
     summary: dict[str, Any]
-    local_dir: Path
-    """This machine's copy of the run's files (the run dir itself when it is local)."""
+    local_dir: Path | None
+    """The run dir itself when it is local; None for ``s3://`` (the staging copy is removed after upload)."""
 
 
 def run(
@@ -62,7 +63,7 @@ def run(
     profile = JobProfile(start)
     with profile.phase("preflight"):
         preflight.check(spec)
-        spec = preflight.absolute_paths(spec)
+        spec = spec.with_absolute_paths()
         run_dir = storage.location(spec.run_dir)
         _claim_run_dir(run_dir, overwrite)
     # Files are written locally, then uploaded when the run dir is remote (s3://).
@@ -72,6 +73,8 @@ def run(
         return job.run(address, fail_at_step)
     finally:
         run_dir.upload(staging)
+        if not run_dir.is_local:
+            shutil.rmtree(staging)
 
 
 @dataclasses.dataclass
@@ -133,7 +136,7 @@ class _Job:
             self._diagnosed(finding)
         self._write_outputs(summary)
         emit(Event("summary", summary))
-        return JobResult(self.run_dir.uri, adapter_uri, summary, self.staging)
+        return JobResult(self.run_dir.uri, adapter_uri, summary, self.staging if self.run_dir.is_local else None)
 
     def record(self, event: Event) -> None:
         """Log, profile and pass on one event from the trainer; name a bottleneck as soon as it shows."""
@@ -273,11 +276,14 @@ def _fit_while_forwarding(trainer: Any, queue: Any, sink: EventSink) -> Any:
     box: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
     thread.start()
+    from ray.util.queue import Empty
+
     while thread.is_alive() or not queue.empty():
         try:
-            sink(queue.get(timeout=0.5))
-        except Exception:  # queue.Empty: nothing new within the timeout
+            event = queue.get(timeout=0.5)
+        except Empty:  # nothing new within the timeout; a sink's own error is not swallowed here
             continue
+        sink(event)
     return box["result"]
 
 

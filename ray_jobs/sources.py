@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ray_jobs.spec import SpecError
+from rayft_contract.spec import SpecError
 
 if TYPE_CHECKING:
     import ray.data

@@ -13,9 +13,9 @@ import logging
 import os
 import sys
 
-from ray_jobs.events import Event
 from ray_jobs.report import Reporter
-from ray_jobs.spec import FineTuneSpec
+from rayft_contract.events import Event
+from rayft_contract.spec import FineTuneSpec
 
 
 def main() -> int:

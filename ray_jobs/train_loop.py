@@ -26,8 +26,8 @@ from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.packing import trim_padding
 from ray_jobs.profile import model_shape, peak_flops
-from ray_jobs.spec import FineTuneSpec, TrainSpec
 from ray_jobs.torch_trace import StepTrace
+from rayft_contract.spec import FineTuneSpec, TrainSpec
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 # SYNC: report() returns once the controller has taken the previous report, so a crash loses
                 # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
                 ray.train.report({**metrics, **meter.window()}, checkpoint=ckpt)
+                checkpoint.release(ckpt)  # persisted by report(): the temporary copy goes
         with meter.phase("profiler"):
             trace.after_step(state.step)
         meter.end_step(

@@ -5,6 +5,10 @@
     rayft check SPEC.yaml               # validate the spec and what it points at; start nothing
     rayft merge RUN/adapter --out DIR   # fold an adapter into its base model
     rayft cache list|prune              # the dataset and model caches (see rayft/cli_cache.py)
+    rayft --version
+
+Exit codes (``rayft.exits``): 0 success; 1 the job failed or was cancelled; 2 usage or spec error;
+3 the service or the cluster is unreachable.
 
 Heavy imports (Ray, torch, transformers) happen inside the commands that need them.
 """
@@ -17,29 +21,46 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from ray_jobs.spec import FineTuneSpec, SpecError
+from rayft import exits
+from rayft_contract.spec import FineTuneSpec, SpecError
 
 DEMO_PRESET = "tiny_cpu.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; the exit codes are in ``rayft.exits`` (argparse's usage errors exit 2 too)."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.command(args)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exits.USAGE
+    except (exits.Unreachable, ConnectionError) as exc:  # ray.init raises ConnectionError for a cluster it cannot reach
+        _one_line(f"unreachable: {exc}", args.verbose)
+        return exits.UNREACHABLE
     except KeyboardInterrupt:
         print("interrupted: an unfinished run resumes from its last checkpoint when started again", file=sys.stderr)
-        return 130
+        return exits.INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the job or the command failed: one line, not a traceback
+        first = (str(exc).strip().splitlines() or [""])[0]
+        _one_line(f"failed: {type(exc).__name__}: {first}", args.verbose)
+        return exits.JOB_FAILED
+
+
+def _one_line(message: str, verbose: bool) -> None:
+    if verbose:
+        import traceback
+
+        traceback.print_exc()
+    print(f"error: {message}" + ("" if verbose else " (--verbose for the traceback)"), file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rayft", description="LoRA/QLoRA fine-tuning on Ray.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level; tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="run a fine-tuning job and show its progress")
@@ -74,6 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rayft")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. train.max_steps=10")
 
@@ -86,22 +116,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 
 
 def load_spec(path: str, overrides: list[str]) -> FineTuneSpec:
-    """Load a spec file and apply ``section.key=value`` overrides (values parsed as YAML)."""
-    import yaml
-
-    spec = FineTuneSpec.load(path).to_dict()
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise SpecError("--set", f"expected KEY=VALUE, got {item!r}")
-        node: Any = spec
-        *parents, leaf = key.split(".")
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                raise SpecError(key, "unknown section")
-            node = node[part]
-        node[leaf] = yaml.safe_load(raw)
-    return FineTuneSpec.from_dict(spec)
+    """Load a spec file with ``section.key=value`` overrides (merged before validation)."""
+    return FineTuneSpec.load(path, overrides)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -125,13 +141,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_via_service(spec: FineTuneSpec, data_dir: Path) -> int:
     """Start the embedded service (local Ray, SQLite), submit over gRPC, watch to the end."""
-    from ray_jobs.preflight import absolute_paths, check
+    from ray_jobs.preflight import check
     from rayft.cli_service import watch
     from rayft.client import Client
     from rayft.local_service import local_service
 
     check(spec)
-    spec = absolute_paths(spec).replace(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    spec = spec.with_absolute_paths().replace(name=f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"starting the rayft service (embedded Ray, SQLite in {data_dir}) ...")
     with local_service(data_dir) as address:
         os.environ["RAYFT_ADDRESS"] = address

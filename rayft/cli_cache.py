@@ -11,7 +11,7 @@ import datetime
 import re
 from typing import Any
 
-from ray_jobs.spec import SpecError
+from rayft_contract.spec import SpecError
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 

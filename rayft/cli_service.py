@@ -11,11 +11,12 @@ Clients read ``RAYFT_ADDRESS`` (default 127.0.0.1:50051) and ``RAYFT_TOKEN``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
 
-from ray_jobs.spec import SpecError
+from rayft_contract.spec import SpecError
 
 
 def add_commands(sub: Any, add_overrides: Any) -> None:
@@ -76,8 +77,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise SpecError("serve", str(exc)) from None
-    asyncio.run(serve(settings, SqliteJobStore(settings.data_dir / "jobs.db")))
+    embedded = settings.ray_address is None
+    if embedded:  # the service itself never imports Ray's runtime: the embedded cluster is started here
+        settings = dataclasses.replace(settings, ray_address=start_embedded_ray())
+    try:
+        asyncio.run(serve(settings, SqliteJobStore(settings.data_dir / "jobs.db")))
+    finally:
+        if embedded:
+            import ray
+
+            ray.shutdown()
     return 0
+
+
+def start_embedded_ray() -> str:
+    """A local Ray cluster owned by this process, for the embedded default; returns its Jobs API address."""
+    import os
+
+    from ray_jobs.local_ray import start_local_cluster
+
+    info = start_local_cluster(num_cpus=(os.cpu_count() or 2) + 2, dashboard=True)
+    return f"http://{info['dashboard_url']}"
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -102,10 +122,9 @@ def _client():  # noqa: ANN202
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from ray_jobs.preflight import absolute_paths
-    from rayft.cli import load_spec
+    from rayft_contract.spec import FineTuneSpec
 
-    spec = absolute_paths(load_spec(args.spec, args.set))  # local paths work when the cluster shares this disk
+    spec = FineTuneSpec.load(args.spec, args.set).with_absolute_paths()  # local paths work when the cluster shares this disk
     job = _rpc(lambda: _client().submit(spec, args.idempotency_key))
     print(f"{job.id} {_state(job)}")
     return watch(job.id, 0) if args.watch else 0
@@ -146,9 +165,8 @@ def watch(job_id: str, after_seq: int) -> int:
     """Follow a job with the progress bar; print its summary; exit 0 only if it succeeded."""
     import grpc
 
-    from ray_jobs.events import Event
     from rayft.progress import ProgressView
-    from service.convert import message_to_dict, state_from_proto
+    from rayft_contract.convert import event_from_proto
 
     client = _client()
     job = _rpc(lambda: client.get(job_id))
@@ -156,16 +174,19 @@ def watch(job_id: str, after_seq: int) -> int:
     with ProgressView(job.spec.name, job.spec.train.max_steps or None) as view:
         try:
             for message in client.watch(job_id, after_seq):
-                kind = message.WhichOneof("payload")
-                if kind == "state":
-                    state = state_from_proto(message.state.state).value
-                    view(Event("state", {"state": state, "message": message.state.message}))
-                elif kind == "summary":
-                    summary = json.loads(message.summary.json)
-                elif kind:
-                    view(Event(kind, message_to_dict(getattr(message, kind))))
+                if not message.WhichOneof("payload"):
+                    continue  # a kind newer than this client: nothing to draw
+                event = event_from_proto(message)
+                if event.kind == "state":
+                    state = event.data["state"]
+                if event.kind == "summary":
+                    summary = event.data
+                else:
+                    view(event)
         except grpc.RpcError as exc:
-            raise SpecError(exc.code().name, exc.details() or "") from None
+            from rayft.exits import from_rpc_error
+
+            raise from_rpc_error(exc) from None
     if summary:
         view.print_summary(summary)
     print(f"{job_id} {state}" + (f": {client.get(job_id).message}" if state != "SUCCEEDED" else ""))
@@ -173,7 +194,7 @@ def watch(job_id: str, after_seq: int) -> int:
 
 
 def _state(job: Any) -> str:
-    from service.convert import state_from_proto
+    from rayft_contract.convert import state_from_proto
 
     return state_from_proto(job.state).value
 
@@ -182,7 +203,9 @@ def _rpc(call: Any) -> Any:
     """Run a client call; turn a gRPC error into the CLI's one-line error."""
     import grpc
 
+    from rayft.exits import from_rpc_error
+
     try:
         return call()
     except grpc.RpcError as exc:
-        raise SpecError(exc.code().name, exc.details() or "") from None
+        raise from_rpc_error(exc) from None

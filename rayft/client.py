@@ -14,10 +14,10 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 
-from ray_jobs.spec import FineTuneSpec
-from service._gen.rayft.v1 import finetune_pb2 as pb
-from service._gen.rayft.v1 import finetune_pb2_grpc as pb_grpc
-from service.convert import spec_to_proto
+from rayft_contract.convert import spec_to_proto
+from rayft_contract.spec import FineTuneSpec
+from rayft_contract.v1 import finetune_pb2 as pb
+from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ray_jobs.events import Event
+from rayft_contract.events import Event
 
 PHASES = {
     "connect": "connecting to Ray",

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from service.states import JobState
+from rayft_contract.states import JobState
 from service.store import EventRecord, JobRecord, JobStore
 
 

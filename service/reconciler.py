@@ -10,10 +10,10 @@ import asyncio
 import logging
 import time
 
+from rayft_contract.states import JobState, TransitionError
 from service import auth
 from service.launcher import Launcher, RayUnavailable
 from service.progress import JobEvents
-from service.states import JobState, TransitionError
 from service.store import JobRecord
 
 log = logging.getLogger(__name__)

@@ -21,15 +21,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ray_jobs.spec import SpecError
-from service import auth, convert
-from service._gen.rayft.v1 import finetune_pb2 as pb
-from service._gen.rayft.v1 import finetune_pb2_grpc as pb_grpc
+from rayft_contract import convert
+from rayft_contract.events import REPORTABLE, Event
+from rayft_contract.spec import SpecError
+from rayft_contract.states import JobState, TransitionError
+from rayft_contract.v1 import finetune_pb2 as pb
+from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
+from service import auth
 from service.progress import JobEvents
 from service.reconciler import Reconciler
 from service.settings import ServiceSettings
-from service.states import JobState, TransitionError
-from service.store import JobRecord, JobStore
+from service.store import EventRecord, JobRecord, JobStore
 
 log = logging.getLogger(__name__)
 DEFAULT_TEAM = "default"
@@ -105,10 +107,10 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
                 f"Ray at {self.reconciler.launcher.address} is unreachable; job {job.id} is stored "
                 "and QUEUED, and starts when Ray is back (retry with the same idempotency_key to get it)",
             )
-        return convert.job_to_proto(self.store.get(job.id))
+        return job_to_proto(self.store.get(job.id))
 
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
-        return convert.job_to_proto(await self._job(request.job_id, await self._team(context), context))
+        return job_to_proto(await self._job(request.job_id, await self._team(context), context))
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
         team = await self._team(context)
@@ -118,9 +120,7 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         states = [convert.state_from_proto(s) for s in request.states if s != pb.JOB_STATE_UNSPECIFIED]
         jobs = self.store.list(team, states, limit=size + 1, after=request.page_token)
         page = jobs[:size]
-        return pb.ListJobsResponse(
-            jobs=[convert.job_to_proto(j) for j in page], next_page_token=page[-1].id if len(jobs) > size else ""
-        )
+        return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in page], next_page_token=page[-1].id if len(jobs) > size else "")
 
     async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         job = await self._job(request.job_id, await self._team(context), context)
@@ -134,12 +134,12 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
             await asyncio.to_thread(self.reconciler.launcher.stop, job.ray_submission_id or job.id)
         except ConnectionError as exc:  # not submitted yet, or Ray unreachable: the reconciler's sweep stops it
             log.info("Ray job %s not stopped now: %s", job.id, exc)
-        return convert.job_to_proto(job)
+        return job_to_proto(job)
 
     async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
         job = await self._job(request.job_id, await self._team(context), context)
         async for event in self.events.follow(job.id, request.after_seq):
-            yield convert.event_to_proto(event)
+            yield stored_event_to_proto(event)
 
 
 class JobReportingServicer(pb_grpc.JobReportingServicer):
@@ -156,15 +156,39 @@ class JobReportingServicer(pb_grpc.JobReportingServicer):
         if job.state.is_terminal:  # e.g. cancelled while Ray's stop missed the driver: tell it to exit
             return pb.ReportResponse(stored=False, job_ended=True)
         try:
-            kind, data = convert.event_from_proto(request.event)
+            event = convert.event_from_proto(request.event)
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"event: {exc}")
+        if event.kind not in REPORTABLE:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"event: a job cannot report {event.kind!r} events")
+        kind, data = event.kind, event.data
         if job.state is JobState.STARTING:
             await self.events.transition(job.id, JobState.RUNNING, "the job is reporting")
         if kind == "summary":
             self.store.update(job.id, summary=data)
         stored = await self.events.append_report(job.id, request.report_seq, kind, data)
         return pb.ReportResponse(stored=stored is not None)
+
+
+def job_to_proto(job: JobRecord) -> pb.Job:
+    """The stored job as the API shows it."""
+    return pb.Job(
+        id=job.id,
+        team=job.team,
+        state=convert.state_to_proto(job.state),
+        spec=convert.spec_to_proto(job.spec),
+        idempotency_key=job.idempotency_key,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        ray_submission_id=job.ray_submission_id,
+        message=job.message,
+        last_seq=job.last_seq,
+        summary_json=json.dumps(job.summary) if job.summary else "",
+    )
+
+
+def stored_event_to_proto(event: EventRecord) -> pb.JobEvent:
+    return convert.event_to_proto(Event(event.kind, event.data, event.time), job_id=event.job_id, seq=event.seq)
 
 
 class Service:
@@ -177,9 +201,8 @@ class Service:
         health_servicer: Any,
         reconciler: Reconciler,
         task: asyncio.Task,
-        owned_ray: bool,
     ):
-        self.server, self.port, self.health, self.owned_ray = server, port, health_servicer, owned_ray
+        self.server, self.port, self.health = server, port, health_servicer
         self.reconciler, self.task = reconciler, task
 
     async def stop(self, grace: float) -> None:
@@ -190,17 +213,16 @@ class Service:
         except TimeoutError:
             log.warning("reconciler did not finish within %.0f s; the next start picks up from the store", grace)
         await asyncio.wait_for(self.task, timeout=grace)
-        if self.owned_ray:
-            import ray
-
-            ray.shutdown()
 
 
 async def start(settings: ServiceSettings, store: JobStore) -> Service:
     from service.launcher import RayJobLauncher
 
-    owned_ray = settings.ray_address is None
-    ray_address = settings.ray_address or start_local_ray()
+    if not settings.ray_address:
+        raise ValueError(
+            "ray_address: the service needs a Ray Jobs API address (`rayft serve` starts a local cluster without one)"
+        )
+    ray_address = settings.ray_address
     server = grpc.aio.server(options=KEEPALIVE)
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     report_address = settings.report_address or f"{'127.0.0.1' if settings.host in ('0.0.0.0', '::') else settings.host}:{port}"
@@ -218,17 +240,7 @@ async def start(settings: ServiceSettings, store: JobStore) -> Service:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     task = asyncio.create_task(reconciler.run_forever(), name="reconciler")
     log.info("rayft service on %s:%d (Ray %s, auth %s)", settings.host, port, ray_address, "on" if settings.auth else "off")
-    return Service(server, port, health_servicer, reconciler, task, owned_ray)
-
-
-def start_local_ray() -> str:
-    """The embedded default: a local Ray cluster owned by this process; returns its Jobs API address."""
-    import os
-
-    from ray_jobs.local_ray import start_local_cluster
-
-    info = start_local_cluster(num_cpus=(os.cpu_count() or 2) + 2, dashboard=True)
-    return f"http://{info['dashboard_url']}"
+    return Service(server, port, health_servicer, reconciler, task)
 
 
 async def serve(settings: ServiceSettings, store: JobStore, ready: asyncio.Event | None = None) -> None:

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from service.states import JobState
+from rayft_contract.states import JobState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class EventRecord:
     """1, 2, 3, ... per job, without gaps."""
     time: float
     kind: str
-    """``state``, ``progress``, ``phase``, ``failure`` or ``summary``."""
+    """``state`` (the service's own) or one of the kinds a job reports (``rayft_contract.events.REPORTABLE``)."""
     data: dict[str, Any]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from service.states import JobState, TransitionError
+from rayft_contract.states import JobState, TransitionError
 from service.store import EventRecord, JobRecord
 
 MIGRATIONS = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_jobs.spec import FineTuneSpec
+from rayft_contract.spec import FineTuneSpec
 
 PRESETS = Path(__file__).resolve().parents[1] / "ray_jobs" / "presets"
 

@@ -17,9 +17,9 @@ import pytest
 
 from rayft.client import Client
 from rayft.local_service import wait_ready
+from rayft_contract.convert import message_to_dict, spec_to_proto
+from rayft_contract.v1 import finetune_pb2 as pb
 from service import auth
-from service._gen.rayft.v1 import finetune_pb2 as pb
-from service.convert import message_to_dict, spec_to_proto
 from service.store_sqlite import SqliteJobStore
 
 pytestmark = pytest.mark.integration
@@ -272,7 +272,7 @@ def test_generated_invalid_specs_get_invalid_argument_never_internal(paused_serv
     server = paused_server
     from hypothesis import HealthCheck, assume, given, settings
 
-    from ray_jobs.spec import FineTuneSpec, SpecError
+    from rayft_contract.spec import FineTuneSpec, SpecError
 
     client = Client(server.address, tokens["team-a"])
 
@@ -342,3 +342,34 @@ def test_ray_unreachable_gives_unavailable_and_keeps_the_job_queued(tmp_path, to
         assert client.get(job.id).state == pb.QUEUED
     finally:
         srv.stop()
+
+
+def test_a_light_client_install_submits_and_watches_without_torch_or_ray(server, tokens, tiny_spec, tmp_path):
+    """`pip install rayft` (no extras) into a fresh virtualenv: no torch, no Ray, and `rayft submit --watch`
+    drives a job on the service to SUCCEEDED."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    venv = tmp_path / "light"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(root / "constraints.txt")]
+    subprocess.run([*pip, str(root)], check=True, capture_output=True, text=True, timeout=900)
+    absent = subprocess.run(
+        [str(py), "-c", "import importlib.util as u; print([m for m in ('torch', 'ray', 'transformers') if u.find_spec(m)])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert absent.stdout.strip() == "[]"
+
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(tiny_job(tiny_spec, "svc-light", steps=4).to_dict()))
+    env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": tokens["team-a"]}
+    done = subprocess.run(
+        [str(venv / "bin" / "rayft"), "submit", str(spec_file), "--watch"], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "SUCCEEDED" in done.stdout
+    (job,) = Client(server.address, tokens["team-a"]).list()
+    assert job.state == pb.SUCCEEDED and job.spec.name == "svc-light"

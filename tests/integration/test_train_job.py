@@ -135,6 +135,7 @@ def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
     result = run(spec)
 
     assert result.adapter_dir == "s3://rayft-runs/team-a/tiny-s3/adapter"
+    assert result.local_dir is None, "the local staging copy of an s3:// run is removed once uploaded"
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="rayft-runs", Prefix="team-a/tiny-s3/")["Contents"]}
     for name in (
         "adapter/adapter_model.safetensors",

@@ -77,19 +77,3 @@ def test_set_overrides_and_good_spec_passes(write_spec, capsys):
     assert "ok: bad-input" in capsys.readouterr().out
     code, err = run_cli(capsys, "check", write_spec(), "--set", "train.max_steps=0")
     assert code == 2 and err == "error: train.max_steps: must be > 0, got 0"
-
-
-def test_relative_paths_become_absolute(tmp_path, monkeypatch, tiny):
-    from ray_jobs.preflight import absolute_paths
-    from ray_jobs.spec import FineTuneSpec
-
-    monkeypatch.chdir(tiny)
-    spec = FineTuneSpec.from_dict(
-        {"name": "j", "model": {"path": "model"}, "data": {"path": "train.jsonl"}, "output": {"dir": "not-yet"}}
-    )
-    resolved = absolute_paths(spec)
-    assert resolved.model.path == str(tiny / "model")
-    assert resolved.data.path == str(tiny / "train.jsonl")
-    assert resolved.output.dir == str(tiny / "not-yet")
-    hub = FineTuneSpec.from_dict({"name": "j", "model": {"path": "org/name"}, "data": {"path": "train.jsonl"}})
-    assert absolute_paths(hub).model.path == "org/name"

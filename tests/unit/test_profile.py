@@ -88,7 +88,7 @@ def test_breakdown_adds_up_to_the_wall_time():
 
 
 def _spec():
-    from ray_jobs.spec import FineTuneSpec
+    from rayft_contract.spec import FineTuneSpec
 
     return FineTuneSpec.from_dict({"name": "t", "model": {"path": "m"}, "data": {"path": "d.jsonl"}})
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ray_jobs import spec as spec_module
-from ray_jobs.spec import FineTuneSpec
-from service._gen.rayft.v1 import finetune_pb2 as pb
-from service.convert import spec_from_proto, spec_to_proto
+from rayft_contract import spec as spec_module
+from rayft_contract.convert import spec_from_proto, spec_to_proto
+from rayft_contract.spec import FineTuneSpec
+from rayft_contract.v1 import finetune_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALARS = {str: "string", int: "int64", float: "double", bool: "bool"}
@@ -80,12 +80,8 @@ def test_generated_code_is_current(tmp_path):
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
     fresh = {p.relative_to(tmp_path / "gen"): p.read_text() for p in generate.generate(tmp_path / "gen")}
-    committed = {
-        p.relative_to(ROOT / "service" / "_gen"): p.read_text()
-        for p in (ROOT / "service" / "_gen").rglob("*.py*")
-        if "__pycache__" not in p.parts
-    }
-    assert fresh == committed, "run `make proto` and commit service/_gen"
+    committed = {name: (ROOT / name).read_text() if (ROOT / name).exists() else None for name in fresh}
+    assert fresh == committed, "run `make proto` and commit rayft_contract/v1"
 
 
 @pytest.mark.parametrize(
@@ -97,9 +93,19 @@ def test_generated_code_is_current(tmp_path):
     ],
 )
 def test_job_events_survive_the_wire(kind, data):
-    """What a job reports (ray_jobs.report) is what a watcher reads back (service.convert)."""
-    from ray_jobs.events import Event
+    """What a job reports (ray_jobs.report) is what a watcher reads back (rayft_contract.convert)."""
     from ray_jobs.report import to_proto
-    from service.convert import event_from_proto
+    from rayft_contract.convert import event_from_proto
+    from rayft_contract.events import Event
 
-    assert event_from_proto(to_proto(Event(kind, data))) == (kind, data)
+    sent = Event(kind, data)
+    received = event_from_proto(to_proto(sent))
+    assert (received.kind, received.data, received.time) == (kind, data, sent.time)
+
+
+def test_every_event_kind_has_its_payload_on_the_wire_and_no_other():
+    from rayft_contract.events import EVENT_KINDS, REPORTABLE
+
+    oneof = {f.name for f in pb.JobEvent.DESCRIPTOR.oneofs_by_name["payload"].fields}
+    assert oneof == {"state", *REPORTABLE}
+    assert set(EVENT_KINDS) - oneof == {"timing"}, "only the driver-internal timing records stay off the wire"

@@ -90,11 +90,9 @@ def test_the_ledger_reports_the_earliest_rows_in_file_order_whatever_order_block
     files = ["a.jsonl", "b.jsonl", "c.jsonl"]  # listing order
     rng = random.Random(0)
     bad = [(f, line, rng.choice(kinds)) for f in range(3) for line in rng.sample(range(1, 400), 12)]
-    expected = {
-        kind: sorted((f, line) for f, line, k in bad if k == kind)[:MAX_EXAMPLES] for kind in kinds
-    }
+    expected = {kind: sorted((f, line) for f, line, k in bad if k == kind)[:MAX_EXAMPLES] for kind in kinds}
     reports = set()
-    for trial in range(20):
+    for _ in range(20):
         blocks = [bad[i : i + 4] for i in range(0, len(bad), 4)]
         rng.shuffle(blocks)
         ledger = RowLedger(max_frac=1.0)

@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 from ray_jobs.sources import data_files, file_type, peek_columns
-from ray_jobs.spec import SpecError
+from rayft_contract.spec import SpecError
 
 ROWS = [{"prompt": f"p{i}", "completion": f"c{i}"} for i in range(3)]
 JSONL = "".join(json.dumps(r) + "\n" for r in ROWS).encode()

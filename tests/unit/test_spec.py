@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_jobs.spec import FineTuneSpec, SpecError
+from rayft_contract.spec import FineTuneSpec, SpecError
 
 PRESETS = sorted((Path(__file__).resolve().parents[2] / "ray_jobs" / "presets").glob("*.yaml"))
 MINIMAL = {"name": "job", "model": {"path": "org/model"}, "data": {"path": "data.jsonl"}}
@@ -135,3 +135,29 @@ def test_presets_are_valid_and_explain_themselves(preset):
     header = preset.read_text().splitlines()[0]
     assert header.startswith("# "), "a preset opens with a comment saying what it is for"
     assert spec.name
+
+
+def test_relative_paths_become_absolute(tmp_path, monkeypatch, tiny):
+    monkeypatch.chdir(tiny)
+    spec = FineTuneSpec.from_dict(
+        {"name": "j", "model": {"path": "model"}, "data": {"path": "train.jsonl"}, "output": {"dir": "not-yet"}}
+    )
+    resolved = spec.with_absolute_paths()
+    assert resolved.model.path == str(tiny / "model")
+    assert resolved.data.path == str(tiny / "train.jsonl")
+    assert resolved.output.dir == str(tiny / "not-yet")
+    hub = FineTuneSpec.from_dict({"name": "j", "model": {"path": "org/name"}, "data": {"path": "train.jsonl"}})
+    assert hub.with_absolute_paths().model.path == "org/name"
+
+
+def test_overrides_are_merged_before_validation_so_they_can_repair_a_file(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("name: j\nmodel: {path: m}\ndata: {path: d.jsonl}\ntrain: {max_steps: 0}\n")
+    with pytest.raises(SpecError, match="train.max_steps"):
+        FineTuneSpec.load(base)
+    assert FineTuneSpec.load(base, ["train.max_steps=5"]).train.max_steps == 5
+    assert FineTuneSpec.load(base, ["train.max_steps=5", "lora.r=8"]).lora.r == 8  # a section the file lacks
+    with pytest.raises(SpecError, match="did you mean"):
+        FineTuneSpec.load(base, ["train.max_step=5"])
+    with pytest.raises(SpecError, match="a value, not a section"):
+        FineTuneSpec.load(base, ["name.x=1"])

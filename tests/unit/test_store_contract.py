@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from service.states import TERMINAL, TRANSITIONS, JobState, TransitionError
+from rayft_contract.states import TERMINAL, TRANSITIONS, JobState, TransitionError
 from service.store import JobRecord
 from service.store_sqlite import SqliteJobStore
 

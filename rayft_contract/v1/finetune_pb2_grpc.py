@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from . import finetune_pb2 as rayft_dot_v1_dot_finetune__pb2
+from rayft_contract.v1 import finetune_pb2 as rayft__contract_dot_v1_dot_finetune__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in rayft/v1/finetune_pb2_grpc.py depends on'
+        + ' but the generated code in rayft_contract/v1/finetune_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,28 +36,28 @@ class FineTuningStub:
         """
         self.CreateJob = channel.unary_unary(
                 '/rayft.v1.FineTuning/CreateJob',
-                request_serializer=rayft_dot_v1_dot_finetune__pb2.CreateJobRequest.SerializeToString,
-                response_deserializer=rayft_dot_v1_dot_finetune__pb2.Job.FromString,
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.CreateJobRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.Job.FromString,
                 _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/rayft.v1.FineTuning/GetJob',
-                request_serializer=rayft_dot_v1_dot_finetune__pb2.GetJobRequest.SerializeToString,
-                response_deserializer=rayft_dot_v1_dot_finetune__pb2.Job.FromString,
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.Job.FromString,
                 _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/rayft.v1.FineTuning/ListJobs',
-                request_serializer=rayft_dot_v1_dot_finetune__pb2.ListJobsRequest.SerializeToString,
-                response_deserializer=rayft_dot_v1_dot_finetune__pb2.ListJobsResponse.FromString,
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/rayft.v1.FineTuning/CancelJob',
-                request_serializer=rayft_dot_v1_dot_finetune__pb2.CancelJobRequest.SerializeToString,
-                response_deserializer=rayft_dot_v1_dot_finetune__pb2.Job.FromString,
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.Job.FromString,
                 _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/rayft.v1.FineTuning/WatchJob',
-                request_serializer=rayft_dot_v1_dot_finetune__pb2.WatchJobRequest.SerializeToString,
-                response_deserializer=rayft_dot_v1_dot_finetune__pb2.JobEvent.FromString,
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.WatchJobRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.JobEvent.FromString,
                 _registered_method=True)
 
 
@@ -109,28 +109,28 @@ def add_FineTuningServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateJob,
-                    request_deserializer=rayft_dot_v1_dot_finetune__pb2.CreateJobRequest.FromString,
-                    response_serializer=rayft_dot_v1_dot_finetune__pb2.Job.SerializeToString,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.CreateJobRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.Job.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
-                    request_deserializer=rayft_dot_v1_dot_finetune__pb2.GetJobRequest.FromString,
-                    response_serializer=rayft_dot_v1_dot_finetune__pb2.Job.SerializeToString,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.GetJobRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.Job.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
-                    request_deserializer=rayft_dot_v1_dot_finetune__pb2.ListJobsRequest.FromString,
-                    response_serializer=rayft_dot_v1_dot_finetune__pb2.ListJobsResponse.SerializeToString,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.ListJobsRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.ListJobsResponse.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
-                    request_deserializer=rayft_dot_v1_dot_finetune__pb2.CancelJobRequest.FromString,
-                    response_serializer=rayft_dot_v1_dot_finetune__pb2.Job.SerializeToString,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.CancelJobRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.Job.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
-                    request_deserializer=rayft_dot_v1_dot_finetune__pb2.WatchJobRequest.FromString,
-                    response_serializer=rayft_dot_v1_dot_finetune__pb2.JobEvent.SerializeToString,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.WatchJobRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.JobEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -158,8 +158,8 @@ class FineTuning:
             request,
             target,
             '/rayft.v1.FineTuning/CreateJob',
-            rayft_dot_v1_dot_finetune__pb2.CreateJobRequest.SerializeToString,
-            rayft_dot_v1_dot_finetune__pb2.Job.FromString,
+            rayft__contract_dot_v1_dot_finetune__pb2.CreateJobRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
@@ -185,8 +185,8 @@ class FineTuning:
             request,
             target,
             '/rayft.v1.FineTuning/GetJob',
-            rayft_dot_v1_dot_finetune__pb2.GetJobRequest.SerializeToString,
-            rayft_dot_v1_dot_finetune__pb2.Job.FromString,
+            rayft__contract_dot_v1_dot_finetune__pb2.GetJobRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
@@ -212,8 +212,8 @@ class FineTuning:
             request,
             target,
             '/rayft.v1.FineTuning/ListJobs',
-            rayft_dot_v1_dot_finetune__pb2.ListJobsRequest.SerializeToString,
-            rayft_dot_v1_dot_finetune__pb2.ListJobsResponse.FromString,
+            rayft__contract_dot_v1_dot_finetune__pb2.ListJobsRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -239,8 +239,8 @@ class FineTuning:
             request,
             target,
             '/rayft.v1.FineTuning/CancelJob',
-            rayft_dot_v1_dot_finetune__pb2.CancelJobRequest.SerializeToString,
-            rayft_dot_v1_dot_finetune__pb2.Job.FromString,
+            rayft__contract_dot_v1_dot_finetune__pb2.CancelJobRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
@@ -266,8 +266,8 @@ class FineTuning:
             request,
             target,
             '/rayft.v1.FineTuning/WatchJob',
-            rayft_dot_v1_dot_finetune__pb2.WatchJobRequest.SerializeToString,
-            rayft_dot_v1_dot_finetune__pb2.JobEvent.FromString,
+            rayft__contract_dot_v1_dot_finetune__pb2.WatchJobRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.JobEvent.FromString,
             options,
             channel_credentials,
             insecure,
@@ -292,8 +292,8 @@ class JobReportingStub:
         """
         self.Report = channel.unary_unary(
                 '/rayft.v1.JobReporting/Report',
-                request_serializer=rayft_dot_v1_dot_finetune__pb2.ReportRequest.SerializeToString,
-                response_deserializer=rayft_dot_v1_dot_finetune__pb2.ReportResponse.FromString,
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.ReportRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.ReportResponse.FromString,
                 _registered_method=True)
 
 
@@ -317,8 +317,8 @@ def add_JobReportingServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Report': grpc.unary_unary_rpc_method_handler(
                     servicer.Report,
-                    request_deserializer=rayft_dot_v1_dot_finetune__pb2.ReportRequest.FromString,
-                    response_serializer=rayft_dot_v1_dot_finetune__pb2.ReportResponse.SerializeToString,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.ReportRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.ReportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -348,8 +348,8 @@ class JobReporting:
             request,
             target,
             '/rayft.v1.JobReporting/Report',
-            rayft_dot_v1_dot_finetune__pb2.ReportRequest.SerializeToString,
-            rayft_dot_v1_dot_finetune__pb2.ReportResponse.FromString,
+            rayft__contract_dot_v1_dot_finetune__pb2.ReportRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.ReportResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,7 +5,8 @@ dataclass validates itself in ``__post_init__``: a bad value raises :class:`Spec
 field by its dotted path (``train.max_steps``) and saying how to fix it. ``FineTuneSpec.from_dict``
 rejects unknown keys (with a "did you mean" hint), so a typo never silently falls back to a default.
 
-Pure standard library on purpose: the gRPC service imports this module and must stay light.
+Standard library only (PyYAML, lazily, to read ``.yaml`` files): the service and every client import
+this module, so it must stay light.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import difflib
 import json
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -290,8 +292,10 @@ class FineTuneSpec:
         return _build(cls, data, prefix="")
 
     @classmethod
-    def load(cls, path: str | Path) -> FineTuneSpec:
-        """Read a spec from a ``.yaml``/``.yml`` or ``.json`` file."""
+    def load(cls, path: str | Path, overrides: Sequence[str] = ()) -> FineTuneSpec:
+        """Read a spec from a ``.yaml``/``.yml`` or ``.json`` file, with ``section.key=value`` overrides
+        (values parsed as YAML) merged into the file's mapping before it is validated: an override can
+        repair a base file, and a typo in one gets the same "did you mean" as one in the file."""
         p = Path(path)
         if not p.is_file():
             raise SpecError("spec", f"file {str(p)!r} does not exist")
@@ -304,26 +308,46 @@ class FineTuneSpec:
             data = json.loads(text)
         if not isinstance(data, dict):
             raise SpecError("spec", f"{p} must hold a mapping of sections (model, data, train, ...)")
+        for item in overrides:
+            _override(data, item)
         return cls.from_dict(data)
 
     def replace(self, **sections: Any) -> FineTuneSpec:
         """A copy with whole fields or sections swapped: ``spec.replace(train=...)``."""
         return dataclasses.replace(self, **sections)
 
+    def with_absolute_paths(self) -> FineTuneSpec:
+        """Local paths made absolute: Ray workers do not share the submitting process's directory.
+        Remote URIs and hub ids (``org/name``, not a local directory) stay as they are."""
 
-def field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of a spec dataclass, read from its source (used by docs and the proto test)."""
-    import ast
-    import inspect
-    import textwrap
+        def absolute(path: str, always: bool = False) -> str:
+            local = Path(path).expanduser()
+            return str(local.resolve()) if "://" not in path and (always or local.exists()) else path
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[node.target.id] = inspect.cleandoc(nxt.value.value)  # type: ignore[union-attr]
-    return docs
+        return self.replace(
+            model=dataclasses.replace(self.model, path=absolute(self.model.path)),
+            data=dataclasses.replace(self.data, path=absolute(self.data.path, always=True)),  # globs too
+            output=dataclasses.replace(self.output, dir=absolute(self.output.dir, always=True)),
+        )
+
+
+def _override(data: dict[str, Any], item: str) -> None:
+    """Apply one ``section.key=value`` to a spec's raw mapping."""
+    import yaml
+
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise SpecError("--set", f"expected KEY=VALUE, got {item!r}")
+    node: Any = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise SpecError(key, f"{part!r} is a value, not a section")
+    try:
+        node[leaf] = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise SpecError(key, f"cannot parse {raw!r}: {exc}") from None
 
 
 def _to_plain(obj: Any) -> Any:

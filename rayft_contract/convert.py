@@ -1,14 +1,18 @@
-"""The only mapping between protobuf messages and rayft's Python types (spec, job, event)."""
+"""The only mapping between protobuf messages and rayft's Python types (spec, state, event).
+
+The job's reporter, the service and the CLI all go through here, so an event kind or a field added
+to the proto is mapped once.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from ray_jobs.spec import FineTuneSpec
-from service._gen.rayft.v1 import finetune_pb2 as pb
-from service.states import JobState
-from service.store import EventRecord, JobRecord
+from rayft_contract.events import Event, EventKind
+from rayft_contract.spec import FineTuneSpec
+from rayft_contract.states import JobState
+from rayft_contract.v1 import finetune_pb2 as pb
 
 PROGRESS_FIELDS = [f.name for f in pb.Progress.DESCRIPTOR.fields]
 
@@ -57,31 +61,20 @@ def _fill(message: Any, data: dict[str, Any]) -> None:
             setattr(message, key, value)
 
 
-def job_to_proto(job: JobRecord) -> pb.Job:
-    return pb.Job(
-        id=job.id,
-        team=job.team,
-        state=pb.JobState.Value(job.state.value),
-        spec=spec_to_proto(job.spec),
-        idempotency_key=job.idempotency_key,
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        ray_submission_id=job.ray_submission_id,
-        message=job.message,
-        last_seq=job.last_seq,
-        summary_json=json.dumps(job.summary) if job.summary else "",
-    )
+def state_to_proto(state: JobState) -> int:
+    return pb.JobState.Value(state.value)
 
 
 def state_from_proto(value: int) -> JobState:
     return JobState(pb.JobState.Name(value))
 
 
-def event_to_proto(event: EventRecord) -> pb.JobEvent:
-    message = pb.JobEvent(job_id=event.job_id, seq=event.seq, time=event.time)
+def event_to_proto(event: Event, job_id: str = "", seq: int = 0) -> pb.JobEvent:
+    """One event as its ``JobEvent`` payload (``job_id`` and ``seq`` are the service's to set)."""
+    message = pb.JobEvent(job_id=job_id, seq=seq, time=event.time)
     data = event.data
     if event.kind == "state":
-        message.state.CopyFrom(pb.StateChange(state=pb.JobState.Value(data["state"]), message=data.get("message", "")))
+        message.state.CopyFrom(pb.StateChange(state=state_to_proto(JobState(data["state"])), message=data.get("message", "")))
     elif event.kind == "progress":
         message.progress.CopyFrom(pb.Progress(**{k: data[k] for k in PROGRESS_FIELDS if data.get(k) is not None}))
     elif event.kind == "phase":
@@ -91,24 +84,30 @@ def event_to_proto(event: EventRecord) -> pb.JobEvent:
     elif event.kind == "diagnosis":
         message.diagnosis.CopyFrom(pb.Diagnosis(**data))
     elif event.kind == "summary":
-        message.summary.CopyFrom(pb.Summary(json=json.dumps(data)))
+        message.summary.CopyFrom(pb.Summary(json=json.dumps(data, default=str)))
+    else:
+        raise ValueError(f"{event.kind!r} events do not leave the job")
     return message
 
 
-def event_from_proto(message: pb.JobEvent) -> tuple[str, dict[str, Any]]:
-    """``(kind, data)`` of a reported event (the server assigns its seq)."""
-    kind = message.WhichOneof("payload")
-    if kind == "progress":
-        return kind, message_to_dict(message.progress) | {"checkpoint": message.progress.checkpoint}
-    if kind == "phase":
-        return kind, {"phase": message.phase.phase, "detail": message.phase.detail}
-    if kind == "failure":
-        return kind, {"errors": dict(message.failure.errors)}
-    if kind == "diagnosis":
-        return kind, message_to_dict(message.diagnosis)
-    if kind == "summary":
-        return kind, json.loads(message.summary.json)
-    raise ValueError(f"a job cannot report {kind!r} events")
+def event_from_proto(message: pb.JobEvent) -> Event:
+    """The event a ``JobEvent`` carries (raises ``ValueError`` on an empty payload)."""
+    kind: EventKind | None = message.WhichOneof("payload")
+    if kind == "state":
+        data = {"state": state_from_proto(message.state.state).value, "message": message.state.message}
+    elif kind == "progress":
+        data = message_to_dict(message.progress) | {"checkpoint": message.progress.checkpoint}
+    elif kind == "phase":
+        data = {"phase": message.phase.phase, "detail": message.phase.detail}
+    elif kind == "failure":
+        data = {"errors": dict(message.failure.errors)}
+    elif kind == "diagnosis":
+        data = message_to_dict(message.diagnosis)
+    elif kind == "summary":
+        data = json.loads(message.summary.json)
+    else:
+        raise ValueError("the event has no payload")
+    return Event(kind, data, message.time)
 
 
 def progress_from_metrics(metrics: dict[str, Any]) -> dict[str, Any]:

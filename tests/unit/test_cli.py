@@ -1,0 +1,53 @@
+"""The CLI's conventions: --version, documented exit codes, one-line errors (tracebacks only with --verbose)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from rayft import exits
+from rayft.cli import main
+
+
+def rayft(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "rayft", *argv], capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120
+    )
+
+
+def test_version_names_the_installed_package():
+    done = rayft("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"rayft {version('rayft')}"
+
+
+def test_a_service_nobody_runs_exits_3_with_one_line(tmp_path):
+    # Port 9 (discard) on loopback: nothing listens, so the call fails to connect at once.
+    done = rayft("get", "ft-x", env={"RAYFT_ADDRESS": "127.0.0.1:9"})
+    assert done.returncode == exits.UNREACHABLE == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: unreachable: UNAVAILABLE")
+    assert "Traceback" not in done.stderr
+
+
+def test_usage_and_spec_errors_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train"])  # argparse: the spec is missing
+    assert info.value.code == exits.USAGE
+    assert main(["check", str(tmp_path / "missing.yaml")]) == exits.USAGE
+
+
+def test_a_failing_command_is_one_line_and_verbose_adds_the_traceback(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "no-base")}))
+    quiet = rayft("merge", str(adapter), "--out", str(tmp_path / "out"))
+    assert quiet.returncode == exits.JOB_FAILED == 1
+    assert "Traceback" not in quiet.stderr and quiet.stderr.strip().splitlines()[-1].startswith("error: failed: ")
+    assert "--verbose" in quiet.stderr
+    loud = rayft("--verbose", "merge", str(adapter), "--out", str(tmp_path / "out"))
+    assert loud.returncode == 1 and "Traceback" in loud.stderr
