@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -245,7 +246,8 @@ class FineTuneSpec:
     """A complete LoRA/QLoRA fine-tuning job."""
 
     name: str = ""
-    """Job name: letters, digits, '-', '_' and '.'; also the run directory's name."""
+    """Job name: 1-100 ASCII letters, digits, '-', '_' and '.', starting with a letter or digit; also the run
+    directory's name (so never ``..``)."""
     model: ModelSpec = field(default_factory=ModelSpec)
     quantization: QuantizationSpec = field(default_factory=QuantizationSpec)
     lora: LoraSpec = field(default_factory=LoraSpec)
@@ -255,8 +257,13 @@ class FineTuneSpec:
     output: OutputSpec = field(default_factory=OutputSpec)
 
     def __post_init__(self) -> None:
-        ok = bool(self.name) and all(c.isalnum() or c in "-_." for c in self.name)
-        _check(ok, "name", f"must be non-empty letters, digits, '-', '_' or '.', got {self.name!r}")
+        # A path component of its own: never "." or "..", never hidden, never a separator (it names the run directory).
+        ok = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", self.name) is not None
+        _check(
+            ok,
+            "name",
+            f"must be 1-100 ASCII letters, digits, '-', '_' or '.', starting with a letter or digit, got {self.name!r}",
+        )
         per_step = self.train.micro_batch_size * self.scaling.num_workers
         gbs = self.train.global_batch_size
         _check(

@@ -161,3 +161,19 @@ def test_overrides_are_merged_before_validation_so_they_can_repair_a_file(tmp_pa
         FineTuneSpec.load(base, ["train.max_step=5"])
     with pytest.raises(SpecError, match="a value, not a section"):
         FineTuneSpec.load(base, ["name.x=1"])
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "../other-team", "x" * 101, "naïve", "", "-flag"])
+def test_a_job_name_is_one_safe_path_component(name):
+    data = spec_with("train", "max_steps", 5)
+    data["name"] = name
+    with pytest.raises(SpecError) as info:
+        FineTuneSpec.from_dict(data)
+    assert info.value.field == "name"
+
+
+@pytest.mark.parametrize("name", ["tiny-cpu", "run_2026.11.30", "A1"])
+def test_ordinary_job_names_are_kept(name):
+    data = spec_with("train", "max_steps", 5)
+    data["name"] = name
+    assert FineTuneSpec.from_dict(data).name == name
