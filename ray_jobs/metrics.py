@@ -23,8 +23,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-PHASES = ("data_wait", "h2d", "forward_backward", "optimizer", "checkpoint", "eval", "report", "profiler")
-
 
 class StepMeter:
     def __init__(self, device: Any = None):

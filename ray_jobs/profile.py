@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ray_jobs.metrics import PHASES
+from rayft_contract.phases import STEP_PHASES, Phase
 
 PEAK_BF16_FLOPS = {
     "H200": 989.4e12,
@@ -152,7 +152,7 @@ class JobProfile:
         return self.steps[self.head_steps() :]
 
     def breakdown(self, wall: float) -> dict[str, float]:
-        """Seconds per phase, in the order they happen; the values sum to ``wall``."""
+        """Seconds per :class:`~rayft_contract.phases.Phase`, in its order; the values sum to ``wall``."""
         rows: dict[str, float] = {
             name: self.driver.get(name, 0.0) for name in ("preflight", "connect", "model_fetch", "data_prepare", "trainer_setup")
         }
@@ -171,13 +171,15 @@ class JobProfile:
         k = self.head_steps()
         rows["warmup_steps"] = sum(s["wall"] for s in self.steps[:k]) - (rows["first_batch"] if k else 0.0)
         steady = self.steps[k:]
-        for name in PHASES:
-            rows[name] = sum(s["phases"].get(name, 0.0) for s in steady)
+        for phase in STEP_PHASES:
+            rows[phase] = sum(s["phases"].get(phase, 0.0) for s in steady)
         rows["step_other"] = sum(s["wall"] - sum(s["phases"].values()) for s in steady)
         rows["shutdown"] = max(0.0, self.fit_end - self.worker_end) if self.fit_end and self.worker_end else 0.0
         rows["export"] = self.driver.get("export", 0.0)
-        rows["other"] = wall - sum(rows.values())
-        return rows
+        ordered = {p.value: rows.pop(p, 0.0) for p in Phase if p is not Phase.OTHER}  # the table's order
+        assert not rows, f"phases missing from rayft_contract.phases.Phase: {sorted(rows)}"
+        ordered[Phase.OTHER.value] = wall - sum(ordered.values())
+        return ordered
 
     def efficiency(self) -> dict[str, Any]:
         """Steady-state throughput, MFU/HFU, padding share and memory."""

@@ -168,10 +168,9 @@ class _Job:
         write_tensorboard(self.history, summary, self.staging / "tensorboard")
         write_png(self.history, summary, self.staging / "report.png")
         phases = summary["timing"]["phases"]
-        phases.pop("other")
         phases["write_reports"] = time.time() - t0
         summary["wall_time_s"] = time.time() - self.profile.start
-        phases["other"] = summary["wall_time_s"] - sum(phases.values())
+        phases["other"] = summary["wall_time_s"] - sum(v for k, v in phases.items() if k != "other")
         (self.staging / "summary.json").write_text(json.dumps(summary, indent=2))
 
 

@@ -10,29 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-PHASE_COLORS = {
-    "startup": "#9e9e9e",
-    "data_wait": "#e53935",
-    "checkpoint": "#fb8c00",
-    "eval": "#8e24aa",
-    "warmup_steps": "#fdd835",
-    "compute": "#43a047",
-    "finish": "#546e7a",
-    "other": "#cfd8dc",
+from rayft_contract.phases import Group, Phase
+
+GROUP_COLORS = {
+    Group.STARTUP: "#9e9e9e",
+    Group.WARMUP: "#fdd835",
+    Group.DATA_WAIT: "#e53935",
+    Group.COMPUTE: "#43a047",
+    Group.CHECKPOINT: "#fb8c00",
+    Group.EVAL: "#8e24aa",
+    Group.FINISH: "#546e7a",
+    Group.OTHER: "#cfd8dc",
 }
-STARTUP = (
-    "preflight",
-    "connect",
-    "model_fetch",
-    "data_prepare",
-    "worker_start",
-    "model_load",
-    "resume",
-    "first_eval",
-    "first_batch",
-)
-COMPUTE = ("h2d", "forward_backward", "optimizer")
-FINISH = ("shutdown", "export", "write_reports")
+"""One colour per :class:`~rayft_contract.phases.Group`; each phase's group comes from the phase itself."""
 
 
 def write_tensorboard(history: list[dict[str, Any]], summary: dict[str, Any], directory: Path) -> None:
@@ -65,22 +55,11 @@ def write_tensorboard(history: list[dict[str, Any]], summary: dict[str, Any], di
         )
 
 
-def grouped_phases(phases: dict[str, float]) -> dict[str, float]:
-    """The phase table folded into the bar's few colours."""
-    groups = dict.fromkeys(PHASE_COLORS, 0.0)
+def grouped_phases(phases: dict[str, float]) -> dict[Group, float]:
+    """The phase table folded into the bar's few colours (its "other" is the table's "other")."""
+    groups = dict.fromkeys(Group, 0.0)
     for name, seconds in phases.items():
-        group = (
-            "startup"
-            if name in STARTUP
-            else "compute"
-            if name in COMPUTE
-            else "finish"
-            if name in FINISH
-            else name
-            if name in groups
-            else "other"
-        )
-        groups[group] += max(seconds, 0.0)
+        groups[Phase(name).group] += max(seconds, 0.0)
     return groups
 
 
@@ -117,7 +96,7 @@ def write_png(history: list[dict[str, Any]], summary: dict[str, Any], path: Path
     for group, seconds in grouped_phases(summary["timing"]["phases"]).items():
         if seconds <= 0:
             continue
-        bar_ax.barh(0, seconds, left=left, color=PHASE_COLORS[group], label=f"{group} {seconds:.1f} s")
+        bar_ax.barh(0, seconds, left=left, color=GROUP_COLORS[group], label=f"{group} {seconds:.1f} s")
         left += seconds
     bar_ax.set(yticks=[], xlabel=f"seconds (wall {summary['wall_time_s']:.1f} s)", title="where the time went")
     bar_ax.legend(ncol=4, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45))

@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rayft_contract.events import Event
+from rayft_contract.phases import Phase
 
 PHASES = {
     "connect": "connecting to Ray",
@@ -108,7 +109,7 @@ def phase_table(summary: dict[str, Any]) -> Table:
     table.add_column("share", justify="right", footer="100%")
     for name, seconds in summary["timing"]["phases"].items():
         if abs(seconds) >= 0.05 or name == "other":
-            label = _warmup_label(summary) if name == "warmup_steps" else name.replace("_", " ")
+            label = _warmup_label(summary) if name == Phase.WARMUP_STEPS else Phase(name).label
             table.add_row(label, f"{seconds:.1f}", f"{seconds / wall:.1%}")
     return table
 

@@ -147,3 +147,22 @@ def test_one_data_stall_is_not_data_bound_but_a_steady_wait_is():
     assert diagnose(profile_of(one), spec, wall=30.0) == []
     every_few = [step(wall=1.5, data_wait=0.5) if i % 3 == 0 else step() for i in range(20)]
     assert [f.kind for f in diagnose(profile_of(every_few), spec, wall=30.0)] == ["data_bound"]
+
+
+def test_the_table_the_picture_and_the_cli_read_one_list_of_phases():
+    from rayft.progress import phase_table
+    from ray_jobs.visuals import grouped_phases
+    from rayft_contract.phases import Group, Phase
+
+    p = profile_of([step(wall=1.0, data_wait=0.2, checkpoint=0.1) for _ in range(10)])
+    p.driver = {"preflight": 0.5, "connect": 2.0, "trainer_setup": 1.0, "export": 1.0}
+    p.setup = {"model_load_s": 3.0, "worker_start_ts": 10.0, "loop_start_ts": 14.0}
+    p.fit_start = 9.0
+    rows = p.breakdown(wall=40.0)
+    assert list(rows) == [phase.value for phase in Phase], "every phase, in the enum's order"
+    groups = grouped_phases(rows)
+    assert sum(groups.values()) == pytest.approx(sum(max(v, 0.0) for v in rows.values()))
+    assert groups[Group.OTHER] == pytest.approx(max(rows["other"], 0.0)), "the picture's other is the table's other"
+    assert groups[Group.STARTUP] == pytest.approx(sum(rows[ph] for ph in Phase if ph.group is Group.STARTUP))
+    labels = [row for row in phase_table({"wall_time_s": 40.0, "timing": {"phases": rows, "warmup_steps": 0}}).columns[0].cells]
+    assert "trainer setup" in labels and "connect to Ray" in labels and "other" in labels
