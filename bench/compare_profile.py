@@ -13,17 +13,21 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, like the other bench scripts
+from rayft_contract.phases import Phase  # noqa: E402
+from rayft_contract.records import StepRecord  # noqa: E402
+
 
 def main(run_dir: Path) -> dict:
     prof = json.loads((run_dir / "torch_profile.json").read_text())
     window = range(prof["first_step"], prof["last_step"] + 1)
     steps = {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        for s in json.loads(line).get("step_timing", []):
-            steps[s["step"]] = s  # a resumed step replaces its first attempt
+        for s in map(StepRecord.from_dict, json.loads(line).get("step_timing", [])):
+            steps[s.step] = s  # a resumed step replaces its first attempt
     ours = [steps[i] for i in window if i in steps]
-    our_wall = sum(s["wall"] - s["phases"].get("profiler", 0.0) for s in ours)
-    our_gpu = sum(s["phases"].get(p, 0.0) for s in ours for p in ("h2d", "forward_backward", "optimizer"))
+    our_wall = sum(s.wall - s.seconds(Phase.PROFILER) for s in ours)
+    our_gpu = sum(s.seconds(p) for s in ours for p in (Phase.H2D, Phase.FORWARD_BACKWARD, Phase.OPTIMIZER))
     out = {
         "steps": len(ours),
         "window_s": {"rayft (step records)": our_wall, "torch.profiler (first to last kernel)": prof["kernel_span_s"]},

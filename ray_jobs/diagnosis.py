@@ -29,6 +29,7 @@ import dataclasses
 from typing import Any
 
 from ray_jobs.profile import JobProfile
+from rayft_contract.phases import Phase
 from rayft_contract.spec import FineTuneSpec
 
 DATA_WAIT_FRAC = 0.10
@@ -58,10 +59,10 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
     rows = profile.breakdown(wall)
     eff = profile.efficiency()
     steady = profile.steady()
-    step_wall = sum(s["wall"] for s in steady) or 1e-9
+    step_wall = sum(s.wall for s in steady) or 1e-9
     findings = []
 
-    waits = sorted(s["phases"].get("data_wait", 0.0) for s in steady)
+    waits = sorted(s.seconds(Phase.DATA_WAIT) for s in steady)
     wait = sum(waits[:-1])  # one stall is a hiccup, not a bottleneck
     if wait / step_wall >= DATA_WAIT_FRAC:
         fix = (
@@ -73,8 +74,8 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
             Finding("data_bound", f"data wait is {wait / step_wall:.0%} of step time: the GPU waits for batches; {fix}", wait)
         )
 
-    periodic = [s for s in profile.steps if s["phases"].get("checkpoint") and s["step"] != profile.final_step()]
-    saves, count = sum(s["phases"]["checkpoint"] for s in periodic), len(periodic)
+    periodic = [s for s in profile.steps if s.seconds(Phase.CHECKPOINT) and s.step != profile.final_step()]
+    saves, count = sum(s.seconds(Phase.CHECKPOINT) for s in periodic), len(periodic)
     loop_time = profile.training_time() or 1e-9
     if saves / loop_time >= CHECKPOINT_FRAC:
         findings.append(
@@ -97,7 +98,7 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
 
     k = profile.warmup_steps()
     slowdown = profile.warmup_slowdown()
-    train_time = sum(s["wall"] for s in profile.steps)
+    train_time = sum(s.wall for s in profile.steps)
     warmup_extra = rows["warmup_steps"] - k * eff["step_time_s"] if k else 0.0
     if k and slowdown >= WARMUP_SLOWDOWN and warmup_extra / train_time >= WARMUP_COST_FRAC:
         findings.append(
@@ -110,8 +111,8 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
             )
         )
 
-    evals = rows["first_eval"] + sum(s["phases"].get("eval", 0.0) for s in profile.steps)
-    count = (rows["first_eval"] > 0) + sum(1 for s in profile.steps if s["phases"].get("eval"))
+    evals = rows["first_eval"] + sum(s.seconds(Phase.EVAL) for s in profile.steps)
+    count = (rows["first_eval"] > 0) + sum(1 for s in profile.steps if s.seconds(Phase.EVAL))
     if evals / wall >= EVAL_FRAC:
         findings.append(
             Finding(

@@ -7,13 +7,9 @@ backward, optimizer) are timed with CUDA events on the current stream, never wit
 around asynchronous work; the events are resolved at the next report, when the loop has synced.
 On CPU every phase is synchronous and uses the host clock.
 
-``meter.window()`` returns the finished steps since the last window, one record each::
-
-    {"step": n, "wall": s, "phases": {name: s}, "tokens": n, "processed": n, "samples": n, "attn_ctx": n}
-
-``tokens`` are real (non-padding) tokens, ``processed`` what the model ran on (real + padding), and
-``attn_ctx`` the sum over real tokens of their causal context length (for attention FLOPs); all
-summed over workers. The rates the progress bar shows come from the same records.
+``meter.window()`` returns the finished steps since the last window, one
+:class:`~rayft_contract.records.StepRecord` each (as its ``to_dict()`` under ``step_timing``: it
+travels inside ``ray.train.report``), and the rates the progress bar shows, from the same records.
 """
 
 from __future__ import annotations
@@ -22,6 +18,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from rayft_contract.phases import Phase
+from rayft_contract.records import StepRecord
 
 
 class StepMeter:
@@ -79,14 +78,14 @@ class StepMeter:
             phases = dict(s.pop("phases"))
             for name, start, end in s.pop("events"):
                 phases[name] = phases.get(name, 0.0) + start.elapsed_time(end) / 1e3
-            steps.append({**s, "phases": phases})
+            steps.append(StepRecord(**s, phases=phases))
         self._done = []
-        wall = sum(s["wall"] - s["phases"].get("eval", 0.0) for s in steps) or 1e-9  # training time: evaluation apart
-        data_wait = sum(s["phases"].get("data_wait", 0.0) for s in steps)
+        wall = sum(s.training_wall for s in steps) or 1e-9  # training time: evaluation apart
+        data_wait = sum(s.seconds(Phase.DATA_WAIT) for s in steps)
         return {
-            "tokens_per_s": sum(s["tokens"] for s in steps) / wall,
-            "samples_per_s": sum(s["samples"] for s in steps) / wall,
+            "tokens_per_s": sum(s.tokens for s in steps) / wall,
+            "samples_per_s": sum(s.samples for s in steps) / wall,
             "step_time_s": wall / max(len(steps), 1),
             "data_wait_frac": data_wait / wall,
-            "step_timing": steps,
+            "step_timing": [s.to_dict() for s in steps],
         }

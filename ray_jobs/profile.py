@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rayft_contract.phases import STEP_PHASES, Phase
+from rayft_contract.records import StepRecord
 
 PEAK_BF16_FLOPS = {
     "H200": 989.4e12,
@@ -100,7 +101,7 @@ class JobProfile:
         self.fit_start: float | None = None
         self.fit_end: float | None = None
         self.setup: dict[str, float] = {}
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[StepRecord] = []
         self.about: dict[str, Any] = {}
         self.worker_end: float | None = None
 
@@ -115,7 +116,7 @@ class JobProfile:
     def add(self, report: dict[str, Any]) -> None:
         """Fold in one progress report (rank 0's metrics)."""
         self.setup.update(report.get("setup", {}))
-        self.steps.extend(report.get("step_timing", []))
+        self.steps.extend(StepRecord.from_dict(s) for s in report.get("step_timing", []))
         for key in ("model_shape", "peak_flops", "world_size", "gpu_mem_peak_gb", "gpu_mem_total_gb", "total_steps"):
             if report.get(key) is not None:
                 self.about[key] = report[key]
@@ -125,7 +126,7 @@ class JobProfile:
     # -- analysis ----------------------------------------------------------------------------
 
     def warmup_steps(self) -> int:
-        busy = [_busy(s) for s in self.steps]
+        busy = [s.busy for s in self.steps]
         if len(busy) < 4:
             return 0
         second_half = busy[len(busy) // 2 :]
@@ -138,7 +139,7 @@ class JobProfile:
 
     def training_time(self) -> float:
         """Seconds from the first step's first batch to the last step's end (the loop's own time)."""
-        return sum(s["wall"] for s in self.steps) - (self.steps[0]["phases"].get("data_wait", 0.0) if self.steps else 0.0)
+        return sum(s.wall for s in self.steps) - (self.steps[0].seconds(Phase.DATA_WAIT) if self.steps else 0.0)
 
     def final_step(self) -> int | None:
         """The run's last step, once a report has said how many there are."""
@@ -148,7 +149,7 @@ class JobProfile:
         """Steps left out of steady state: the warm-up, and always the first (it waits for the first batch)."""
         return max(self.warmup_steps(), 1) if len(self.steps) > 1 else 0
 
-    def steady(self) -> list[dict[str, Any]]:
+    def steady(self) -> list[StepRecord]:
         return self.steps[self.head_steps() :]
 
     def breakdown(self, wall: float) -> dict[str, float]:
@@ -167,13 +168,13 @@ class JobProfile:
             if loop_start and worker_start
             else 0.0
         )
-        rows["first_batch"] = self.steps[0]["phases"].get("data_wait", 0.0) if self.steps else 0.0
+        rows["first_batch"] = self.steps[0].seconds(Phase.DATA_WAIT) if self.steps else 0.0
         k = self.head_steps()
-        rows["warmup_steps"] = sum(s["wall"] for s in self.steps[:k]) - (rows["first_batch"] if k else 0.0)
+        rows["warmup_steps"] = sum(s.wall for s in self.steps[:k]) - (rows["first_batch"] if k else 0.0)
         steady = self.steps[k:]
         for phase in STEP_PHASES:
-            rows[phase] = sum(s["phases"].get(phase, 0.0) for s in steady)
-        rows["step_other"] = sum(s["wall"] - sum(s["phases"].values()) for s in steady)
+            rows[phase] = sum(s.seconds(phase) for s in steady)
+        rows["step_other"] = sum(s.wall - sum(s.phases.values()) for s in steady)
         rows["shutdown"] = max(0.0, self.fit_end - self.worker_end) if self.fit_end and self.worker_end else 0.0
         rows["export"] = self.driver.get("export", 0.0)
         ordered = {p.value: rows.pop(p, 0.0) for p in Phase if p is not Phase.OTHER}  # the table's order
@@ -184,8 +185,8 @@ class JobProfile:
     def efficiency(self) -> dict[str, Any]:
         """Steady-state throughput, MFU/HFU, padding share and memory."""
         steady = self.steady()
-        wall = sum(s["wall"] - s["phases"].get("eval", 0.0) for s in steady) or 1e-9  # evaluation is not training
-        tokens = sum(s["tokens"] for s in steady)
+        wall = sum(s.training_wall for s in steady) or 1e-9  # evaluation is not training
+        tokens = sum(s.tokens for s in steady)
         world = self.about.get("world_size", 1)
         out: dict[str, Any] = {
             "steady_steps": len(steady),
@@ -193,9 +194,9 @@ class JobProfile:
             "head_steps": self.head_steps(),
             "tokens_per_s": tokens / wall,
             "tokens_per_s_per_worker": tokens / wall / world,
-            "samples_per_s": sum(s["samples"] for s in steady) / wall,
+            "samples_per_s": sum(s.samples for s in steady) / wall,
             "step_time_s": wall / max(len(steady), 1),
-            "padding_frac": 1 - sum(s["tokens"] for s in self.steps) / max(sum(s["processed"] for s in self.steps), 1),
+            "padding_frac": 1 - sum(s.tokens for s in self.steps) / max(sum(s.processed for s in self.steps), 1),
             "mfu": None,
             "hfu": None,
             "flops_per_s": None,
@@ -204,7 +205,7 @@ class JobProfile:
         }
         shape = self.about.get("model_shape")
         if shape:
-            model, hardware = (sum(f) for f in zip(*(step_flops(shape, s["tokens"], s["attn_ctx"]) for s in steady)))
+            model, hardware = (sum(f) for f in zip(*(step_flops(shape, s.tokens, s.attn_ctx) for s in steady)))
             out["flops_per_s"] = model / wall
             peak = self.about.get("peak_flops")
             if peak:
@@ -217,11 +218,5 @@ class JobProfile:
         k = self.warmup_steps()
         if not k:
             return 1.0
-        steady = statistics.median(_busy(s) for s in self.steps[k:])
-        return statistics.mean(_busy(s) for s in self.steps[:k]) / max(steady, 1e-9)
-
-
-def _busy(step: dict[str, Any]) -> float:
-    """A step's time minus waiting for data, checkpoints, evaluation and reports: the compute."""
-    idle = sum(step["phases"].get(p, 0.0) for p in ("data_wait", "checkpoint", "eval", "report"))
-    return step["wall"] - idle
+        steady = statistics.median(s.busy for s in self.steps[k:])
+        return statistics.mean(s.busy for s in self.steps[:k]) / max(steady, 1e-9)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rayft_contract.phases import Group, Phase
+from rayft_contract.records import StepRecord
 
 GROUP_COLORS = {
     Group.STARTUP: "#9e9e9e",
@@ -79,8 +80,8 @@ def write_png(history: list[dict[str, Any]], summary: dict[str, Any], path: Path
         loss_ax.plot(*zip(*evals), "o-", label="eval loss")
     loss_ax.set(ylabel="loss", title=f"{summary['name']}: {summary['verdict']}"[:110])
     loss_ax.legend()
-    steps = [s for e in history for s in e.get("step_timing", [])]
-    speed = [(s["step"], s["tokens"] / max(s["wall"] - s["phases"].get("eval", 0.0), 1e-9)) for s in steps]
+    steps = [StepRecord.from_dict(s) for e in history for s in e.get("step_timing", [])]
+    speed = [(s.step, s.tokens / max(s.training_wall, 1e-9)) for s in steps]
     if speed:
         speed_ax.plot(*zip(*speed), ".", color="#1e88e5", markersize=3)
     eff = summary["efficiency"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -150,8 +151,8 @@ def test_one_data_stall_is_not_data_bound_but_a_steady_wait_is():
 
 
 def test_the_table_the_picture_and_the_cli_read_one_list_of_phases():
-    from rayft.progress import phase_table
     from ray_jobs.visuals import grouped_phases
+    from rayft.progress import phase_table
     from rayft_contract.phases import Group, Phase
 
     p = profile_of([step(wall=1.0, data_wait=0.2, checkpoint=0.1) for _ in range(10)])
@@ -166,3 +167,13 @@ def test_the_table_the_picture_and_the_cli_read_one_list_of_phases():
     assert groups[Group.STARTUP] == pytest.approx(sum(rows[ph] for ph in Phase if ph.group is Group.STARTUP))
     labels = [row for row in phase_table({"wall_time_s": 40.0, "timing": {"phases": rows, "warmup_steps": 0}}).columns[0].cells]
     assert "trainer setup" in labels and "connect to Ray" in labels and "other" in labels
+
+
+def test_a_step_record_survives_the_trip_from_worker_to_driver_and_refuses_unknown_phases():
+    from rayft_contract.records import StepRecord
+
+    record = StepRecord(7, 1.5, {"data_wait": 0.25, "forward_backward": 1.0, "eval": 0.1}, 900, 1000, 12, 90_000)
+    again = StepRecord.from_dict(json.loads(json.dumps(record.to_dict())))  # what metrics.jsonl and Ray carry
+    assert again == record and again.busy == pytest.approx(1.15) and again.training_wall == pytest.approx(1.4)
+    with pytest.raises(ValueError, match="unknown phases"):
+        StepRecord(1, 1.0, {"fwd": 1.0}, 1, 1, 1, 1)
