@@ -1,8 +1,8 @@
 """Resumable checkpoints: the adapter (PEFT format), optimizer, scheduler and data position.
 
 Only trainable weights are gathered (``ignore_frozen_params``): a 7B QLoRA checkpoint is the
-adapter's megabytes, not the base's gigabytes. ``torch.distributed.checkpoint.state_dict`` gathers
-them the same way under DDP and FSDP. Rank 0 writes the directory and Ray Train copies it into the
+adapter's megabytes, not the base's gigabytes. The strategy (``ray_jobs.strategy``) gathers them,
+and scatters them again on resume, whatever it spreads the model with. Rank 0 writes the directory and Ray Train copies it into the
 run's storage.
 
 Layout::
@@ -18,11 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ray_jobs.parallel import unwrap
-
 if TYPE_CHECKING:
     import ray.train
     import torch
+
+    from ray_jobs.strategy import Strategy
 
 
 @dataclasses.dataclass
@@ -41,23 +41,18 @@ class TrainState:
     """Examples seen, over all workers."""
 
 
-def _options(**kwargs: Any) -> Any:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(full_state_dict=True, ignore_frozen_params=True, **kwargs)
-
-
-def save(model: torch.nn.Module, optimizer: Any, scheduler: Any, state: TrainState) -> ray.train.Checkpoint | None:
+def save(
+    strategy: Strategy, model: torch.nn.Module, optimizer: Any, scheduler: Any, state: TrainState
+) -> ray.train.Checkpoint | None:
     """Collective: every rank calls it; rank 0 gets the checkpoint, the others ``None``."""
     import ray.train
     import torch
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    weights, optim = get_state_dict(model, optimizer, options=_options(cpu_offload=True))
+    weights, optim = strategy.state_dict(model, optimizer)
     if ray.train.get_context().get_world_rank() != 0:
         return None
     directory = Path(tempfile.mkdtemp(prefix="rayft-ckpt-"))
-    unwrap(model).save_pretrained(directory / "adapter", state_dict=weights)
+    strategy.unwrap(model).save_pretrained(directory / "adapter", state_dict=weights)
     torch.save(
         {"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict(), "state": dataclasses.asdict(state)},
         directory / "train_state.pt",
@@ -73,21 +68,16 @@ def release(checkpoint: ray.train.Checkpoint | None) -> None:
         shutil.rmtree(checkpoint.path)
 
 
-def load(checkpoint: ray.train.Checkpoint, model: torch.nn.Module, optimizer: Any, scheduler: Any) -> TrainState:
+def load(
+    checkpoint: ray.train.Checkpoint, strategy: Strategy, model: torch.nn.Module, optimizer: Any, scheduler: Any
+) -> TrainState:
     """Restore the trainable weights, optimizer and scheduler into place; return the train state."""
     import torch
-    from torch.distributed.checkpoint.state_dict import set_state_dict
 
     with checkpoint.as_directory() as directory:
         # weights_only: tensors, numbers, strings and containers, never arbitrary pickled objects. The run
         # directory is the team's own storage, so a file planted there must not run code in our workers.
         saved = torch.load(Path(directory) / "train_state.pt", map_location="cpu", weights_only=True)
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=saved["model"],
-        optim_state_dict=saved["optimizer"],
-        options=_options(strict=False),
-    )
+    strategy.load_state_dict(model, optimizer, saved["model"], saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
     return TrainState(**saved["state"])

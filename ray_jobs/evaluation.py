@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_jobs.model import autocast
 from ray_jobs.packing import trim_padding
-from ray_jobs.parallel import all_reduce
+from ray_jobs.strategy import all_reduce
 from rayft_contract.spec import FineTuneSpec
 
 MAX_KEPT_ROWS = 1024

@@ -18,6 +18,8 @@ from rayft_contract.spec import FineTuneSpec
 if TYPE_CHECKING:
     import torch
 
+    from ray_jobs.strategy import Strategy
+
 log = logging.getLogger(__name__)
 
 
@@ -27,12 +29,11 @@ def torch_dtype(name: str) -> torch.dtype:
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
 
 
-def quantization_config(spec: FineTuneSpec) -> Any:
+def quantization_config(spec: FineTuneSpec, strategy: Strategy) -> Any:
     """``BitsAndBytesConfig`` for the spec, or ``None`` when the base stays unquantized."""
     q = spec.quantization
     if q.mode == "none":
         return None
-    import torch
     from transformers import BitsAndBytesConfig
 
     if q.mode == "int8":
@@ -43,12 +44,11 @@ def quantization_config(spec: FineTuneSpec) -> Any:
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=q.double_quant,
         bnb_4bit_compute_dtype=dtype,
-        # FSDP shards flat parameters of one dtype: store the 4-bit weights in the compute dtype.
-        bnb_4bit_quant_storage=dtype if spec.scaling.strategy == "fsdp" else torch.uint8,
+        bnb_4bit_quant_storage=strategy.quant_storage(dtype),
     )
 
 
-def load_base(spec: FineTuneSpec, device: torch.device) -> torch.nn.Module:
+def load_base(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> torch.nn.Module:
     """The frozen base model, placed on ``device``, with the KV cache off (training)."""
     from transformers import AutoModelForCausalLM
 
@@ -58,7 +58,7 @@ def load_base(spec: FineTuneSpec, device: torch.device) -> torch.nn.Module:
         "revision": spec.model.revision,
         "device_map": {"": device},
     }
-    quant = quantization_config(spec)
+    quant = quantization_config(spec, strategy)
     if quant is not None:
         kwargs["quantization_config"] = quant
     from ray_jobs.model_cache import fetch_model

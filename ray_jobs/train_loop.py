@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ray_jobs import checkpoint, parallel
+from ray_jobs import checkpoint
+from ray_jobs import strategy as strategies
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
 from ray_jobs.evaluation import EvalBatches, evaluate
@@ -66,18 +67,19 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     setup: dict[str, Any] = {"worker_start_ts": time.time()}
 
     # -- set up -----------------------------------------------------------------------------
+    strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
     with _timed(setup, "model_load_s"):
-        model = apply_lora(load_base(spec, device), spec)
+        model = apply_lora(load_base(spec, device, strategy), spec)
         trainable, total = count_parameters(model)
         shape = model_shape(model, train.gradient_checkpointing)
-        model = parallel.wrap(model, spec.scaling.strategy)
-        layout = parallel.describe(model)
+        model = strategy.wrap(model)
+        layout = strategies.describe(model, strategy)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
         scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
     with _timed(setup, "resume_s"):
         resumed = ray.train.get_checkpoint()
-        state = checkpoint.load(resumed, model, optimizer, scheduler) if resumed else TrainState()
+        state = checkpoint.load(resumed, strategy, model, optimizer, scheduler) if resumed else TrainState()
     log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
 
     shard = ray.train.get_dataset_shard("train")
@@ -103,12 +105,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         counts = _count(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
         with meter.phase("h2d", gpu=True):
             group = [{k: v.to(device, non_blocking=True) for k, v in b.items()} for b in group]
-            counts = parallel.all_reduce(counts.to(device)).cpu()
+            counts = strategies.all_reduce(counts.to(device)).cpu()
         with meter.phase("forward_backward", gpu=True):
             tokens_per_rank = counts[0].clamp(min=1) / world  # HF loss: sum over tokens / this = global mean
             loss_sum = torch.zeros((), device=device)
             for i, batch in enumerate(group):
-                with parallel.grad_sync(model, enabled=i == accum - 1), autocast(spec, device):
+                with strategy.grad_sync(model, enabled=i == accum - 1), autocast(spec, device):
                     out = model(
                         input_ids=batch["input_ids"],
                         position_ids=batch["position_ids"],
@@ -116,16 +118,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                         num_items_in_batch=tokens_per_rank.to(device),
                         use_cache=False,
                     )
-                out.loss.backward()
+                strategy.backward(out.loss)
                 loss_sum += out.loss.detach()
             cfg.chaos.slow_step(state.step + 1)
         with meter.phase("optimizer", gpu=True):
-            if train.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss = float(parallel.all_reduce(loss_sum) / world)
+            strategy.step(optimizer, scheduler, params, train.max_grad_norm)
+            loss = float(strategies.all_reduce(loss_sum) / world)
         state.step += 1
         state.tokens += int(counts[1])
         state.samples += int(counts[2])
@@ -142,7 +140,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:
             with meter.phase("checkpoint"):
-                ckpt = checkpoint.save(model, optimizer, scheduler, state)
+                ckpt = checkpoint.save(strategy, model, optimizer, scheduler, state)
                 cfg.chaos.slow_checkpoint()
             metrics["checkpoint"] = True
         if state.step % train.log_every == 0 or last or metrics:

@@ -22,10 +22,11 @@ def test_a_planted_pickle_in_train_state_is_refused_not_run(tmp_path):
     import torch
 
     from ray_jobs import checkpoint
+    from ray_jobs.strategy import Single
 
     torch.save({"model": {}, "state": _Payload(tmp_path / "ran")}, tmp_path / "train_state.pt")
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.AdamW(model.parameters())
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
-        checkpoint.load(ray.train.Checkpoint.from_directory(str(tmp_path)), model, optimizer, None)
+        checkpoint.load(ray.train.Checkpoint.from_directory(str(tmp_path)), Single(), model, optimizer, None)
     assert not (tmp_path / "ran").exists(), "the planted code ran"

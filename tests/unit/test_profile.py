@@ -54,10 +54,11 @@ def test_model_shape_counts_leaf_matmuls_once(tiny_spec):
     import torch
 
     from ray_jobs.model import apply_lora, load_base
+    from ray_jobs.strategy import Single
 
-    model = apply_lora(load_base(tiny_spec, torch.device("cpu")), tiny_spec)
+    model = apply_lora(load_base(tiny_spec, torch.device("cpu"), Single()), tiny_spec)
     shape = model_shape(model)
-    base = load_base(tiny_spec, torch.device("cpu"))
+    base = load_base(tiny_spec, torch.device("cpu"), Single())
     linears = sum(m.in_features * m.out_features for m in base.modules() if isinstance(m, torch.nn.Linear))
     lora = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
     assert shape["matmul_params"] == linears + lora

@@ -1,0 +1,222 @@
+"""How the model is spread over the Ray Train workers, behind one interface the loop never looks past.
+
+A :class:`Strategy` owns everything that differs between running alone, under DDP and under FSDP2:
+how the model is wrapped, how gradient sync is skipped on accumulation micro-batches, backward, the
+optimizer step, the full state dict a checkpoint saves and loads, and the dtype 4-bit weights are
+stored in. The loop, the checkpoint module and the model loader ask the strategy; none of them asks
+which one it is (the seam litgpt's Fabric strategies draw). A new one (DeepSpeed, tensor parallel) is
+one more class with these methods, found by :func:`for_spec`.
+
+- :class:`Single`: one worker, nothing to synchronise.
+- :class:`DDP`: replicates the (quantized) base on every worker and all-reduces only the LoRA
+  gradients. The right choice whenever the base fits one GPU, which a 4-bit 70B nearly does on an H200.
+- :class:`FSDP2`: shards parameters with ``fully_shard``, one unit per decoder layer, then the root.
+  For QLoRA the 4-bit weights are stored in the compute dtype (``bnb_4bit_quant_storage``) so each
+  unit's flat shard has one dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from rayft_contract.spec import FineTuneSpec
+
+
+class Strategy(Protocol):
+    name: str
+    """``single``, ``ddp`` or ``fsdp``: what the summary reports as the layout."""
+
+    def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
+        """The dtype bitsandbytes stores 4-bit weights in."""
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model ready for this strategy (after LoRA is applied)."""
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The PEFT model inside whatever :meth:`wrap` returned (to save the adapter)."""
+
+    def grad_sync(self, model: torch.nn.Module, enabled: bool) -> contextlib.AbstractContextManager[None]:
+        """Run a micro-batch with (``enabled``) or without the gradient all-reduce."""
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def step(self, optimizer: Any, scheduler: Any, params: list[torch.nn.Parameter], max_grad_norm: float | None) -> None:
+        """Clip, step the optimizer and the schedule, zero the gradients."""
+
+    def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Full (unsharded) trainable weights and optimizer state, on the CPU; collective."""
+
+    def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
+        """Put saved weights and optimizer state back in place (sharding them again if needed)."""
+
+
+def for_spec(spec: FineTuneSpec, world_size: int) -> Strategy:
+    """The strategy ``scaling.strategy`` names, or :class:`Single` for one worker."""
+    if world_size == 1:
+        return Single()
+    return {"ddp": DDP, "fsdp": FSDP2}[spec.scaling.strategy]()
+
+
+class Single:
+    name = "single"
+
+    def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
+        import torch
+
+        return torch.uint8
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+    @contextlib.contextmanager
+    def grad_sync(self, model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+        yield  # nothing to synchronise
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, optimizer: Any, scheduler: Any, params: list[torch.nn.Parameter], max_grad_norm: float | None) -> None:
+        _step(optimizer, scheduler, params, max_grad_norm)
+
+    def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return _full_state_dict(model, optimizer)
+
+    def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
+        _set_full_state_dict(model, optimizer, weights, optim)
+
+
+class DDP:
+    name = "ddp"
+
+    def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
+        import torch
+
+        return torch.uint8
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        import ray.train.torch
+
+        return ray.train.torch.prepare_model(model, move_to_device=False, parallel_strategy="ddp")
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.module
+
+    @contextlib.contextmanager
+    def grad_sync(self, model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+        with contextlib.nullcontext() if enabled else model.no_sync():
+            yield
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, optimizer: Any, scheduler: Any, params: list[torch.nn.Parameter], max_grad_norm: float | None) -> None:
+        _step(optimizer, scheduler, params, max_grad_norm)
+
+    def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return _full_state_dict(model, optimizer)
+
+    def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
+        _set_full_state_dict(model, optimizer, weights, optim)
+
+
+class FSDP2:
+    name = "fsdp"
+
+    def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
+        return compute_dtype  # FSDP shards flat parameters of one dtype
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in decoder_layers(model):
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # FSDP2 shards the model in place
+
+    @contextlib.contextmanager
+    def grad_sync(self, model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+        if enabled:
+            yield
+            return
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, optimizer: Any, scheduler: Any, params: list[torch.nn.Parameter], max_grad_norm: float | None) -> None:
+        _step(optimizer, scheduler, params, max_grad_norm)  # clip_grad_norm_ reduces over DTensor shards
+
+    def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return _full_state_dict(model, optimizer)  # gathers the shards
+
+    def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
+        _set_full_state_dict(model, optimizer, weights, optim)  # shards them again
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated transformer blocks (``...model.layers`` in Llama-like models)."""
+    import torch
+
+    for module in model.modules():
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+            return list(layers)
+    raise ValueError("scaling.strategy: fsdp needs a model with a `layers` ModuleList of decoder blocks")
+
+
+def describe(model: torch.nn.Module, strategy: Strategy) -> dict[str, int | str]:
+    """What the loop is really training: how the model is spread and how many layers are quantized."""
+    quantized = sum(type(m).__name__ in ("Linear4bit", "Linear8bitLt") for m in model.modules())
+    return {"layout": strategy.name, "quantized_layers": quantized}
+
+
+def all_reduce(tensor: Any) -> Any:
+    """Sum ``tensor`` over all workers in place (a no-op in a single process)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def _step(optimizer: Any, scheduler: Any, params: list[torch.nn.Parameter], max_grad_norm: float | None) -> None:
+    import torch
+
+    if max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _options(**kwargs: Any) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, ignore_frozen_params=True, **kwargs)
+
+
+def _full_state_dict(model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    return get_state_dict(model, optimizer, options=_options(cpu_offload=True))
+
+
+def _set_full_state_dict(model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    set_state_dict(model, optimizer, model_state_dict=weights, optim_state_dict=optim, options=_options(strict=False))
