@@ -1,6 +1,7 @@
-"""Deliberate slowdowns, for the tests that check the diagnosis names each bottleneck.
+"""Deliberate failures and slowdowns: every test hook of the job goes through one :class:`Chaos`.
 
-Never set by a spec or a flag: only code passes it, as ``run(..., chaos=Chaos(...))`` (the diagnosis tests).
+Never set by a spec. Code passes it as ``run(..., chaos=Chaos(...))`` (the recovery and diagnosis
+tests); the one flag is ``rayft train --inject-failure-at STEP``, which sets ``fail_at_step``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ class Chaos:
     slow_steps: int = 0
     """The first ``slow_steps`` steps sleep ``slow_step_s`` more: compile or allocator warm-up."""
     slow_step_s: float = 0.0
+    fail_at_step: int | None = None
+    """Rank 1 (or 0 alone) raises :class:`InjectedFailure` once, after this step: Ray Train must recover."""
 
     def slow_tokenizer(self) -> None:
         if self.tokenize_delay_s:
@@ -30,6 +33,21 @@ class Chaos:
     def slow_step(self, step: int) -> None:
         if step <= self.slow_steps:
             time.sleep(self.slow_step_s)
+
+    def maybe_fail(self, step: int, rank: int, world: int, run_dir: str) -> None:
+        """Raise once per run (a marker file in the run directory remembers that it did)."""
+        if self.fail_at_step != step or rank != min(1, world - 1):
+            return
+        from ray_jobs.storage import location
+
+        marker = location(run_dir).child("injected-failure")
+        if not marker.exists():
+            marker.write_text(f"step {step} rank {rank}\n")
+            raise InjectedFailure(f"injected failure at step {step} on rank {rank}")
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose by ``Chaos.fail_at_step`` to exercise recovery."""
 
 
 NO_CHAOS = Chaos()

@@ -51,13 +51,12 @@ def run(
     *,
     address: str | None = None,
     on_event: EventSink | None = None,
-    fail_at_step: int | None = None,
     overwrite: bool = False,
     chaos: Chaos = NO_CHAOS,
 ) -> JobResult:
     """Run ``spec`` to completion on Ray (a local cluster unless ``address``); raise on failure.
 
-    ``chaos`` injects slowdowns for tests of the diagnosis (``ray_jobs.chaos``).
+    ``chaos`` injects failures and slowdowns, for the recovery and diagnosis tests (``ray_jobs.chaos``).
     """
     start = time.time()
     profile = JobProfile(start)
@@ -70,7 +69,7 @@ def run(
     staging = Path(run_dir.path) if run_dir.is_local else Path(tempfile.mkdtemp(prefix="rayft-run-"))
     job = _Job(spec, run_dir, staging, profile, on_event or (lambda event: None), chaos)
     try:
-        return job.run(address, fail_at_step)
+        return job.run(address)
     finally:
         run_dir.upload(staging)
         if not run_dir.is_local:
@@ -88,7 +87,7 @@ class _Job:
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diagnosed: set[str] = dataclasses.field(default_factory=set)
 
-    def run(self, address: str | None, fail_at_step: int | None) -> JobResult:
+    def run(self, address: str | None) -> JobResult:
         spec, profile, emit = self.spec, self.profile, self.emit
         emit(Event("phase", {"phase": "connect"}))
         with profile.phase("connect"):
@@ -107,9 +106,7 @@ class _Job:
         with profile.phase("data_prepare"):
             prepared = prepare(spec, self.chaos)
             total_steps = spec.train.max_steps or _count_steps(spec, prepared.datasets)
-        loop = LoopConfig(
-            spec, total_steps, profile.start, has_eval="eval" in prepared.datasets, fail_at_step=fail_at_step, chaos=self.chaos
-        )
+        loop = LoopConfig(spec, total_steps, profile.start, has_eval="eval" in prepared.datasets, chaos=self.chaos)
 
         with profile.phase("trainer_setup"):
             queue = Queue()

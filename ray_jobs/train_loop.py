@@ -43,14 +43,8 @@ class LoopConfig:
     start_time: float
     """Driver's ``time.time()`` at job start, for time-to-first-step."""
     has_eval: bool = False
-    fail_at_step: int | None = None
-    """Chaos testing: rank 1 (or 0 alone) raises once after this step; Ray Train must recover."""
     chaos: Chaos = NO_CHAOS
-    """Test-only slowdowns that inject the bottlenecks the diagnosis must name."""
-
-
-class InjectedFailure(RuntimeError):
-    """Raised on purpose by ``fail_at_step`` to exercise recovery."""
+    """Test hooks: injected failures and the slowdowns the diagnosis must name (``ray_jobs.chaos``)."""
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -129,8 +123,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         state.samples += int(counts[2])
         if first_step_s is None:
             first_step_s = time.time() - cfg.start_time
-        if cfg.fail_at_step == state.step and rank == min(1, world - 1):
-            _inject_failure(spec, state.step, rank)
+        cfg.chaos.maybe_fail(state.step, rank, world, spec.run_dir)
 
         last = state.step == cfg.total_steps
         metrics: dict[str, Any] = {}
@@ -213,16 +206,6 @@ def _micro_batches(shard: Any, spec: FineTuneSpec, state: TrainState, device: An
                 "the training split gave this worker no full micro-batch: add data, or lower train.micro_batch_size or scaling.num_workers"
             )
         state.epoch, state.batches_in_epoch = epoch + 1, 0
-
-
-def _inject_failure(spec: FineTuneSpec, step: int, rank: int) -> None:
-    """Raise once per run (a marker file in the run directory remembers that it did)."""
-    from ray_jobs.storage import location
-
-    marker = location(spec.run_dir).child("injected-failure")
-    if not marker.exists():
-        marker.write_text(f"step {step} rank {rank}\n")
-        raise InjectedFailure(f"injected failure at step {step} on rank {rank}")
 
 
 def _count(group: list[dict[str, Any]]) -> Any:

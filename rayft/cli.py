@@ -167,12 +167,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
     from ray_jobs import preflight
+    from ray_jobs.chaos import Chaos
     from ray_jobs.run import run
     from rayft.progress import ProgressView
 
     preflight.check(spec)  # fail fast, before the progress view and the cluster start
     with ProgressView(spec.name, spec.train.max_steps) as view:
-        result = run(spec, address=args.address, on_event=view, fail_at_step=args.inject_failure_at, overwrite=args.overwrite)
+        chaos = Chaos(fail_at_step=args.inject_failure_at)
+        result = run(spec, address=args.address, on_event=view, chaos=chaos, overwrite=args.overwrite)
     view.print_summary(result.summary)
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -354,7 +355,13 @@ def test_a_light_client_install_submits_and_watches_without_torch_or_ray(server,
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(root / "constraints.txt")]
-    subprocess.run([*pip, str(root)], check=True, capture_output=True, text=True, timeout=900)
+    source = tmp_path / "src"  # a copy: building in the checkout would leave build/ and *.egg-info there
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    for package in ("rayft", "rayft_contract", "ray_jobs", "service"):
+        shutil.copytree(root / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([*pip, str(source)], check=True, capture_output=True, text=True, timeout=900)
     absent = subprocess.run(
         [str(py), "-c", "import importlib.util as u; print([m for m in ('torch', 'ray', 'transformers') if u.find_spec(m)])"],
         check=True,

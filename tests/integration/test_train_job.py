@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ray_jobs.chaos import Chaos
 from ray_jobs.run import run
 from ray_jobs.tiny import write_dataset
 from rayft.cli import main
@@ -92,7 +93,7 @@ def test_worker_failure_resumes_from_the_last_checkpoint(ray_cluster, tiny_spec)
     spec = with_train(tiny_spec, max_steps=14, checkpoint_every=4, log_every=1, eval_every=None)
     spec = spec.replace(name="tiny-chaos", data=dataclasses.replace(spec.data, val_fraction=0.0))
     events = []
-    summary = run(spec, on_event=events.append, fail_at_step=10).summary
+    summary = run(spec, on_event=events.append, chaos=Chaos(fail_at_step=10)).summary
 
     kinds = [e.kind for e in events]
     assert summary["restarts"] == 1 and kinds.count("failure") == 1
