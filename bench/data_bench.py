@@ -64,7 +64,7 @@ def main() -> None:
     from ray_jobs.local_ray import start_local_cluster
 
     start_local_cluster(num_cpus=max(max(workers) + 1, os.cpu_count() or 2))
-    from ray_jobs.run import quiet_ray_data
+    from ray_jobs.local_ray import quiet_ray_data
 
     quiet_ray_data()
     for w in workers:

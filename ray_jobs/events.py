@@ -1,4 +1,4 @@
-"""How progress leaves the Ray Train controller and reaches the driver.
+"""How progress leaves the Ray Train controller and reaches the driver, while `fit()` runs beside it.
 
 Ray Train calls :class:`ForwardReports` on its controller after every ``ray.train.report`` (with
 all ranks' metrics) and after a worker failure. It puts one :class:`Event` on a Ray queue; the
@@ -8,6 +8,10 @@ bar, the metrics log, and later the service's event stream.
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ray.train import UserCallback
@@ -27,3 +31,34 @@ class ForwardReports(UserCallback):
     def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
         errors = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in worker_exceptions.items()}
         self.queue.put(Event("failure", {"errors": errors}))
+
+
+def fit_while_forwarding(trainer: Any, queue: Any, sink: Callable[[Event], None]) -> Any:
+    """``trainer.fit()`` in a thread while this one forwards the controller's events."""
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
+    thread.start()
+    from ray.util.queue import Empty
+
+    while thread.is_alive() or not queue.empty():
+        try:
+            event = queue.get(timeout=0.5)
+        except Empty:  # nothing new within the timeout; a sink's own error is not swallowed here
+            continue
+        sink(event)
+    return box["result"]
+
+
+def _fit(trainer: Any) -> Any:
+    try:
+        result = trainer.fit()
+        return _Fitted(result.error, result.checkpoint)
+    except Exception as exc:  # TrainingFailedError etc.: re-raised on the caller's thread
+        return _Fitted(exc)
+
+
+@dataclasses.dataclass
+class _Fitted:
+    error: Exception | None
+    checkpoint: Any = None
+    end: float = dataclasses.field(default_factory=time.time)

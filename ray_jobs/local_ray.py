@@ -10,6 +10,10 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rayft_contract.spec import FineTuneSpec
 
 
 def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
@@ -81,3 +85,27 @@ def _any_free_agent_port() -> Iterator[None]:
         yield
     finally:
         init.__defaults__ = saved
+
+
+def connect(address: str | None, spec: FineTuneSpec) -> None:
+    """Attach to ``address``, or start a local cluster bound to loopback."""
+    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"  # an empty value would silently select Train V1
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        quiet_ray_data()
+        return
+    # Over-subscribe CPUs: the training workers reserve theirs, Ray Data's tokenizers need the rest.
+    start_local_cluster(num_cpus=(os.cpu_count() or 2) + spec.scaling.num_workers * spec.scaling.cpus_per_worker)
+    quiet_ray_data()
+
+
+def quiet_ray_data() -> None:
+    """Ray Data's per-operator progress logs would bury the progress bar; its logs stay in /tmp/ray."""
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)

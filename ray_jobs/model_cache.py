@@ -39,6 +39,17 @@ class Fetched:
     def hit(self) -> bool:
         return self.source in ("local", "cache", "hub-cache")
 
+    def describe(self) -> str:
+        """One line for the progress view: where the model came from."""
+        if self.source == "download":
+            return f"downloaded {self.bytes_downloaded / 2**20:.1f} MiB into the cache in {self.seconds:.1f} s"
+        return {
+            "local": "local directory",
+            "cache": "model cache hit",
+            "hub-cache": "hub cache hit",
+            "hub": "downloaded from the hub",
+        }[self.source]
+
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "hit": self.hit}
 

@@ -16,19 +16,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import preflight, storage
+from ray_jobs import local_ray, preflight, storage
 from ray_jobs.chaos import NO_CHAOS, Chaos
-from ray_jobs.diagnosis import diagnose, verdict
+from ray_jobs.diagnosis import diagnose
 from ray_jobs.profile import JobProfile
+from ray_jobs.summary import summarize
 from rayft_contract.events import Event
 from rayft_contract.spec import FineTuneSpec, SpecError
 
@@ -91,18 +90,19 @@ class _Job:
         spec, profile, emit = self.spec, self.profile, self.emit
         emit(Event("phase", {"phase": "connect"}))
         with profile.phase("connect"):
-            connect(address, spec)
+            local_ray.connect(address, spec)
             import ray
             from ray.util.queue import Queue
 
             from ray_jobs.dataset_cache import prepare
+            from ray_jobs.events import fit_while_forwarding
             from ray_jobs.model_cache import fetch_model
             from ray_jobs.train_loop import LoopConfig
 
         emit(Event("phase", {"phase": "model", "detail": f"fetching {spec.model.path}"}))
         with profile.phase("model_fetch"):
             model = fetch_model(spec.model.path, spec.model.revision)
-        emit(Event("phase", {"phase": "data", "detail": f"model: {_describe_fetch(model)}"}))
+        emit(Event("phase", {"phase": "data", "detail": f"model: {model.describe()}"}))
         with profile.phase("data_prepare"):
             prepared = prepare(spec, self.chaos)
             total_steps = spec.train.max_steps or _count_steps(spec, prepared.datasets)
@@ -115,7 +115,7 @@ class _Job:
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
             profile.fit_start = time.time()
-            result = _fit_while_forwarding(trainer, queue, self.record)
+            result = fit_while_forwarding(trainer, queue, self.record)
             profile.fit_end = result.end
         emit(Event("phase", {"phase": "export"}))
         with profile.phase("export"):
@@ -198,17 +198,6 @@ def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: s
     )
 
 
-def _describe_fetch(model: Any) -> str:
-    if model.source == "download":
-        return f"downloaded {model.bytes_downloaded / 2**20:.1f} MiB into the cache in {model.seconds:.1f} s"
-    return {
-        "local": "local directory",
-        "cache": "model cache hit",
-        "hub-cache": "hub cache hit",
-        "hub": "downloaded from the hub",
-    }[model.source]
-
-
 def _describe_cache(info: dict[str, Any]) -> str:
     if not info["enabled"]:
         return "dataset cache off: tokenizing while training"
@@ -218,32 +207,6 @@ def _describe_cache(info: dict[str, Any]) -> str:
         f"dataset cache miss {info['key']}: read {info['bytes_downloaded'] / 2**20:.1f} MiB, tokenized "
         f"{info['rows_tokenized']} rows in {info['seconds']:.1f} s"
     )
-
-
-def connect(address: str | None, spec: FineTuneSpec) -> None:
-    """Attach to ``address``, or start a local cluster bound to loopback."""
-    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"  # an empty value would silently select Train V1
-    import ray
-
-    if ray.is_initialized():
-        return
-    if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        quiet_ray_data()
-        return
-    # Over-subscribe CPUs: the training workers reserve theirs, Ray Data's tokenizers need the rest.
-    from ray_jobs.local_ray import start_local_cluster
-
-    start_local_cluster(num_cpus=(os.cpu_count() or 2) + spec.scaling.num_workers * spec.scaling.cpus_per_worker)
-    quiet_ray_data()
-
-
-def quiet_ray_data() -> None:
-    """Ray Data's per-operator progress logs would bury the progress bar; its logs stay in /tmp/ray."""
-    import ray.data
-
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
 def _claim_run_dir(run_dir: storage.Location, overwrite: bool) -> None:
@@ -267,37 +230,6 @@ def _count_steps(spec: FineTuneSpec, datasets: dict[str, Any]) -> int:
     return steps_per_epoch * spec.train.epochs
 
 
-def _fit_while_forwarding(trainer: Any, queue: Any, sink: EventSink) -> Any:
-    """``trainer.fit()`` in a thread while this one forwards the controller's events."""
-    box: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
-    thread.start()
-    from ray.util.queue import Empty
-
-    while thread.is_alive() or not queue.empty():
-        try:
-            event = queue.get(timeout=0.5)
-        except Empty:  # nothing new within the timeout; a sink's own error is not swallowed here
-            continue
-        sink(event)
-    return box["result"]
-
-
-def _fit(trainer: Any) -> Any:
-    try:
-        result = trainer.fit()
-        return _Fitted(result.error, result.checkpoint)
-    except Exception as exc:  # TrainingFailedError etc.: re-raised on the caller's thread
-        return _Fitted(exc)
-
-
-@dataclasses.dataclass
-class _Fitted:
-    error: Exception | None
-    checkpoint: Any = None
-    end: float = dataclasses.field(default_factory=time.time)
-
-
 def _export(checkpoint: Any, spec: FineTuneSpec, target: Path) -> None:
     """Copy the final adapter out of the last checkpoint, with the tokenizer beside it."""
     import shutil
@@ -309,39 +241,3 @@ def _export(checkpoint: Any, spec: FineTuneSpec, target: Path) -> None:
     from ray_jobs.model_cache import fetch_model
 
     AutoTokenizer.from_pretrained(fetch_model(spec.model.path, spec.model.revision).path).save_pretrained(target)
-
-
-def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], profile: JobProfile, adapter_dir: str) -> dict[str, Any]:
-    progress = [e for e in history if e["kind"] == "progress"]
-    trained = [e for e in progress if "loss" in e]
-    evals = [e["eval_loss"] for e in progress if "eval_loss" in e]
-    last = trained[-1] if trained else {}
-    wall = time.time() - profile.start
-    efficiency = profile.efficiency()
-    findings = diagnose(profile, spec, wall)
-    return {
-        "name": spec.name,
-        "steps": last.get("step", 0),
-        "tokens": last.get("tokens", 0),
-        "samples": last.get("samples", 0),
-        "final_loss": last.get("loss"),
-        "initial_eval_loss": evals[0] if evals else None,
-        "eval_loss": evals[-1] if evals else None,
-        "wall_time_s": wall,
-        "time_to_first_step_s": last.get("time_to_first_step_s"),
-        "tokens_per_s": last.get("tokens", 0) / wall,
-        "steady_tokens_per_s": efficiency["tokens_per_s"],
-        "mfu": efficiency["mfu"],
-        "gpu_mem_peak_gb": last.get("gpu_mem_peak_gb"),
-        "layout": last.get("layout"),
-        "quantized_layers": last.get("quantized_layers"),
-        "restarts": sum(e["kind"] == "failure" for e in history),
-        "reported_steps": [e["step"] for e in trained],
-        "timing": {"phases": profile.breakdown(wall), "warmup_steps": profile.warmup_steps()},
-        "efficiency": efficiency,
-        "diagnosis": [f.to_dict() for f in findings],
-        "bottleneck": findings[0].kind if findings else None,
-        "verdict": verdict(findings),
-        "adapter_dir": adapter_dir,
-        "spec": spec.to_dict(),
-    }

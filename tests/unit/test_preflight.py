@@ -47,12 +47,12 @@ def run_cli(capsys, *argv):
     ],
 )
 def test_bad_input_is_one_line_before_ray(write_spec, capsys, monkeypatch, command, kwargs, needle):
-    import ray_jobs.run
+    import ray_jobs.local_ray
 
     def no_cluster(*args, **kwargs):
         raise AssertionError("bad input reached the Ray connection")
 
-    monkeypatch.setattr(ray_jobs.run, "connect", no_cluster)
+    monkeypatch.setattr(ray_jobs.local_ray, "connect", no_cluster)
     code, err = run_cli(capsys, command, write_spec(**kwargs))
     assert code == 2
     assert err.startswith(f"error: {needle}") and "\n" not in err
