@@ -56,8 +56,11 @@ def test_healthy_run_raises_no_alarm_and_its_phases_add_up(ray_cluster, tiny_spe
 
 
 def test_slow_tokenizer_is_data_bound(ray_cluster, tiny_spec):
-    chaos = Chaos(tokenize_delay_s=0.4)
-    summary, events, _ = profiled(tiny_spec, chaos, steps=20, cache=False, tokenize_batch_size=32)
+    # Strong enough to dominate on any machine: 0.4 s per 32 rows gave 16% data wait on an idle 2-core
+    # machine and under 10% beside two CPU burners (training slows, a sleep does not); 1 s per 16 rows
+    # gives 67% there.
+    chaos = Chaos(tokenize_delay_s=1.0)
+    summary, events, _ = profiled(tiny_spec, chaos, steps=20, cache=False, tokenize_batch_size=16)
     assert kinds(summary) == ["data_bound"], summary["diagnosis"]
     assert "data.tokenize_workers" in summary["diagnosis"][0]["message"]
     assert events == ["data_bound"]
