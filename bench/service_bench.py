@@ -49,8 +49,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 def start_server(data_dir: Path) -> tuple[subprocess.Popen, str]:
+    policy = data_dir / "policy.yaml"  # the bench's specs read /data and the hub id org/model
+    policy.write_text(f"default: {{output_root: '{data_dir.parent}/outputs/{{team}}', data: [/data], hub_models: ['org/*']}}\n")
     env = {
         **os.environ,
+        "RAYFT_POLICY": str(policy),
         "RAYFT_DATA_DIR": str(data_dir),
         "RAYFT_PORT": "0",
         "RAYFT_LAUNCH_PAUSED": "1",

@@ -1,30 +1,33 @@
 """Entrypoint of a job the rayft service submitted to Ray (``python -m ray_jobs.submitted``).
 
-Reads what the service put in the job's environment (``RAYFT_JOB_ID``, ``RAYFT_SPEC``,
-``RAYFT_REPORT_ADDRESS``, ``RAYFT_REPORT_TOKEN``), runs the job on the cluster it runs in, and
-reports every event back. A failure is reported with its reason before the job exits non-zero, so
-the service can say why.
+Reads what the service put in the job's environment (``RAYFT_JOB_ID``, ``RAYFT_REPORT_ADDRESS``,
+``RAYFT_LAUNCH_TICKET``), claims its spec from the service with the ticket (binding a report token
+made here: ``ray_jobs.report.claim``), runs the job on the cluster it runs in, and reports every event
+back. A failure is reported with its reason before the job exits non-zero, so the service can say why.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 
-from ray_jobs.report import Reporter
+from ray_jobs.report import ClaimRefused, Reporter, claim
 from rayft_contract.events import Event
-from rayft_contract.spec import FineTuneSpec
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    reporter = Reporter(os.environ["RAYFT_REPORT_ADDRESS"], os.environ["RAYFT_JOB_ID"], os.environ["RAYFT_REPORT_TOKEN"])
+    address, job_id = os.environ["RAYFT_REPORT_ADDRESS"], os.environ["RAYFT_JOB_ID"]
+    try:
+        spec, token = claim(address, job_id, os.environ.pop("RAYFT_LAUNCH_TICKET"))
+    except ClaimRefused as exc:  # nowhere to report to: Ray's record of the job carries the reason
+        logging.error("%s", exc)
+        return 1
+    reporter = Reporter(address, job_id, token)
     try:
         from ray_jobs.run import run
 
-        spec = FineTuneSpec.from_dict(json.loads(os.environ["RAYFT_SPEC"]))
         result = run(spec, address="auto", on_event=reporter)
         logging.info("adapter: %s", result.adapter_dir)
         return 0

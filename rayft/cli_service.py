@@ -26,6 +26,7 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p.add_argument("--data-dir", help="where jobs.db lives (default .rayft/service)")
     p.add_argument("--ray-address", help="Ray Jobs API, e.g. http://head:8265 (default: start a local cluster)")
     p.add_argument("--no-auth", action="store_true", help="no API tokens (loopback only)")
+    p.add_argument("--policy", help="path policy YAML: each team's output root and allowed data/model locations (RAYFT_POLICY)")
     p.set_defaults(command=cmd_serve)
 
     p = sub.add_parser("token", help="manage team API tokens")
@@ -62,6 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
+    from service.policy import load_for
     from service.server import serve
     from service.settings import ServiceSettings
     from service.store_sqlite import SqliteJobStore
@@ -74,14 +76,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             ray_address=args.ray_address,
             auth=False if args.no_auth else None,
+            policy_file=args.policy,
         )
     except ValueError as exc:
         raise SpecError("serve", str(exc)) from None
+    policy = load_for(settings)  # before Ray starts: a bad policy is a one-line error, exit 2
+    store = SqliteJobStore(settings.data_dir / "jobs.db")  # and a damaged or read-only store: one line, exit 1
     embedded = settings.ray_address is None
     if embedded:  # the service itself never imports Ray's runtime: the embedded cluster is started here
         settings = dataclasses.replace(settings, ray_address=start_embedded_ray())
     try:
-        asyncio.run(serve(settings, SqliteJobStore(settings.data_dir / "jobs.db")))
+        asyncio.run(serve(settings, store, policy))
     finally:
         if embedded:
             import ray
@@ -124,7 +129,9 @@ def _client():  # noqa: ANN202
 def cmd_submit(args: argparse.Namespace) -> int:
     from rayft_contract.spec import FineTuneSpec
 
-    spec = FineTuneSpec.load(args.spec, args.set).with_absolute_paths()  # local paths work when the cluster shares this disk
+    # Local inputs made absolute (they work where the cluster shares this disk); the output location is the
+    # service's to place unless the spec names one (a relative output.dir means "wherever the service puts it").
+    spec = FineTuneSpec.load(args.spec, args.set).with_absolute_paths(output=False)
     job = _rpc(lambda: _client().submit(spec, args.idempotency_key))
     print(f"{job.id} {_state(job)}")
     return watch(job.id, 0) if args.watch else 0

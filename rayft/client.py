@@ -9,7 +9,9 @@ for event in client.watch(job.id):
 
 from __future__ import annotations
 
+import json
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 
 import grpc
@@ -20,6 +22,25 @@ from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+RETRY_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "rayft.v1.FineTuning"}],
+                # gRPC's own retries: a call the service never got (restarting, a dropped connection) is
+                # sent again. Safe for every verb: reads and cancels are idempotent, and every CreateJob
+                # carries an idempotency key (made here when the caller gives none).
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.5s",
+                    "maxBackoff": "5s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
 
 
 class Client:
@@ -27,11 +48,12 @@ class Client:
         self.address = address or os.environ.get("RAYFT_ADDRESS", DEFAULT_ADDRESS)
         token = token or os.environ.get("RAYFT_TOKEN")
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
-        self._channel = grpc.insecure_channel(self.address)
+        self._channel = grpc.insecure_channel(self.address, options=[("grpc.service_config", RETRY_CONFIG)])
         self._stub = pb_grpc.FineTuningStub(self._channel)
 
     def submit(self, spec: FineTuneSpec, idempotency_key: str = "") -> pb.Job:
-        request = pb.CreateJobRequest(spec=spec_to_proto(spec), idempotency_key=idempotency_key)
+        """Create the job. Without a key one is made for this call, so a retried send creates one job."""
+        request = pb.CreateJobRequest(spec=spec_to_proto(spec), idempotency_key=idempotency_key or f"auto-{uuid.uuid4()}")
         return self._stub.CreateJob(request, metadata=self._metadata, timeout=30)
 
     def get(self, job_id: str) -> pb.Job:

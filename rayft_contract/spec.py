@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import re
 import types
 import typing
@@ -30,6 +31,17 @@ Strategy = Literal["ddp", "fsdp"]
 Overlong = Literal["truncate", "drop"]
 
 
+MAX_SPEC_BYTES = 64 * 1024
+"""A spec's size on the wire. Real specs are 1-3 KB; the service refuses bigger ones at the API, so one
+team's megabyte spec can neither reach Ray's Jobs API (which rejects about 1 MB) nor bloat every list."""
+MAX_TEXT_CHARS = 4096
+"""Characters in any string field (paths, names, revisions): PATH_MAX on Linux."""
+LONG_TEXT_CHARS = {"data.chat_template": 32 * 1024}
+"""Fields that hold text rather than a name: a Jinja chat template runs to a few KB."""
+MAX_LIST_ITEMS = 64
+"""Entries in a list field (``lora.target_modules``): models have a handful of distinct linear names."""
+
+
 class SpecError(ValueError):
     """A spec field holds a value rayft cannot run. ``field`` is its dotted path."""
 
@@ -43,10 +55,19 @@ def _check(ok: bool, name: str, message: str) -> None:
         raise SpecError(name, message)
 
 
-def _positive(value: int | float | None, name: str, *, allow_none: bool = False) -> None:
+def _positive(value: int | float | None, name: str, *, allow_none: bool = False, at_most: float | None = None) -> None:
+    """``0 < value <= at_most``. The upper bounds are far above any real job; they exist so a typo or a
+    hostile spec (``num_workers: 100000``, ``lora.r: 1e9``) is refused up front, not by a cluster that
+    waits forever for resources or a worker that runs out of memory an hour in."""
     if value is None and allow_none:
         return
     _check(value is not None and value > 0, name, f"must be > 0, got {value!r}")
+    if at_most is not None:
+        _check(value <= at_most, name, f"must be at most {at_most:g}, got {value!r}")  # type: ignore[operator]
+
+
+STEPS_MAX = 10_000_000
+"""Optimizer steps, and step intervals: a year of 3 steps a second."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +118,8 @@ class LoraSpec:
     """Modules trained in full and saved with the adapter (e.g. ``embed_tokens``, ``lm_head``)."""
 
     def __post_init__(self) -> None:
-        _positive(self.r, "lora.r")
-        _positive(self.alpha, "lora.alpha")
+        _positive(self.r, "lora.r", at_most=4096)
+        _positive(self.alpha, "lora.alpha", at_most=65536)
         _check(0.0 <= self.dropout < 1.0, "lora.dropout", f"must be in [0, 1), got {self.dropout!r}")
         _check(len(self.target_modules) > 0, "lora.target_modules", "needs at least one name, or 'all-linear'")
 
@@ -144,10 +165,11 @@ class DataSpec:
         formats = typing.get_args(DataFormat)
         _check(self.format in formats, "data.format", f"must be one of {formats}, got {self.format!r}")
         _check(self.max_seq_len >= 8, "data.max_seq_len", f"must be >= 8 tokens, got {self.max_seq_len!r}")
+        _positive(self.max_seq_len, "data.max_seq_len", at_most=1 << 20)
         _check(0.0 <= self.val_fraction < 0.5, "data.val_fraction", f"must be in [0, 0.5), got {self.val_fraction!r}")
-        _positive(self.tokenize_workers, "data.tokenize_workers")
-        _positive(self.tokenize_batch_size, "data.tokenize_batch_size")
-        _check(self.prefetch_batches >= 0, "data.prefetch_batches", "must be >= 0")
+        _positive(self.tokenize_workers, "data.tokenize_workers", at_most=1024)
+        _positive(self.tokenize_batch_size, "data.tokenize_batch_size", at_most=65536)
+        _check(0 <= self.prefetch_batches <= 256, "data.prefetch_batches", f"must be in [0, 256], got {self.prefetch_batches!r}")
         overlongs = typing.get_args(Overlong)
         _check(self.overlong in overlongs, "data.overlong", f"must be one of {overlongs}, got {self.overlong!r}")
         _check(0.0 <= self.max_bad_row_frac <= 1.0, "data.max_bad_row_frac", f"must be in [0, 1], got {self.max_bad_row_frac!r}")
@@ -195,20 +217,21 @@ class TrainSpec:
     """Worker-group restarts allowed; each resumes from the last checkpoint."""
 
     def __post_init__(self) -> None:
-        _positive(self.max_steps, "train.max_steps", allow_none=True)
-        _positive(self.epochs, "train.epochs")
-        _positive(self.micro_batch_size, "train.micro_batch_size")
-        _positive(self.global_batch_size, "train.global_batch_size", allow_none=True)
-        _check(self.learning_rate > 0, "train.learning_rate", f"must be > 0, got {self.learning_rate!r}")
+        _positive(self.max_steps, "train.max_steps", allow_none=True, at_most=STEPS_MAX)
+        _positive(self.epochs, "train.epochs", at_most=1000)
+        _positive(self.micro_batch_size, "train.micro_batch_size", at_most=4096)
+        _positive(self.global_batch_size, "train.global_batch_size", allow_none=True, at_most=1 << 20)
+        _positive(self.learning_rate, "train.learning_rate", at_most=1.0)
         schedules = typing.get_args(Schedule)
         _check(self.lr_schedule in schedules, "train.lr_schedule", f"must be one of {schedules}")
-        _check(self.warmup_steps >= 0, "train.warmup_steps", "must be >= 0")
-        _check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
-        _positive(self.max_grad_norm, "train.max_grad_norm", allow_none=True)
-        _positive(self.log_every, "train.log_every")
-        _positive(self.eval_every, "train.eval_every", allow_none=True)
-        _positive(self.checkpoint_every, "train.checkpoint_every")
-        _check(self.max_failures >= 0, "train.max_failures", "must be >= 0")
+        _check(0 <= self.warmup_steps <= STEPS_MAX, "train.warmup_steps", f"must be in [0, {STEPS_MAX}]")
+        _check(0 <= self.weight_decay <= 10, "train.weight_decay", "must be in [0, 10]")
+        _positive(self.max_grad_norm, "train.max_grad_norm", allow_none=True, at_most=1e6)
+        _check(0 <= self.seed < 2**32, "train.seed", f"must be in [0, 2**32), got {self.seed!r}")
+        _positive(self.log_every, "train.log_every", at_most=STEPS_MAX)
+        _positive(self.eval_every, "train.eval_every", allow_none=True, at_most=STEPS_MAX)
+        _positive(self.checkpoint_every, "train.checkpoint_every", at_most=STEPS_MAX)
+        _check(0 <= self.max_failures <= 100, "train.max_failures", f"must be in [0, 100], got {self.max_failures!r}")
 
 
 @dataclass(frozen=True)
@@ -225,9 +248,9 @@ class ScalingSpec:
     """CPUs reserved by each training worker; the rest feed Ray Data."""
 
     def __post_init__(self) -> None:
-        _positive(self.num_workers, "scaling.num_workers")
+        _positive(self.num_workers, "scaling.num_workers", at_most=1024)
         _check(self.strategy in typing.get_args(Strategy), "scaling.strategy", "must be 'ddp' or 'fsdp'")
-        _positive(self.cpus_per_worker, "scaling.cpus_per_worker")
+        _positive(self.cpus_per_worker, "scaling.cpus_per_worker", at_most=256)
 
 
 @dataclass(frozen=True)
@@ -296,7 +319,7 @@ class FineTuneSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FineTuneSpec:
-        return _build(cls, data, prefix="")
+        return parse(cls, data)
 
     @classmethod
     def load(cls, path: str | Path, overrides: Sequence[str] = ()) -> FineTuneSpec:
@@ -323,9 +346,10 @@ class FineTuneSpec:
         """A copy with whole fields or sections swapped: ``spec.replace(train=...)``."""
         return dataclasses.replace(self, **sections)
 
-    def with_absolute_paths(self) -> FineTuneSpec:
+    def with_absolute_paths(self, output: bool = True) -> FineTuneSpec:
         """Local paths made absolute: Ray workers do not share the submitting process's directory.
-        Remote URIs and hub ids (``org/name``, not a local directory) stay as they are."""
+        Remote URIs and hub ids (``org/name``, not a local directory) stay as they are. ``output=False``
+        leaves a relative ``output.dir`` for the service to place."""
 
         def absolute(path: str, always: bool = False) -> str:
             local = Path(path).expanduser()
@@ -334,7 +358,7 @@ class FineTuneSpec:
         return self.replace(
             model=dataclasses.replace(self.model, path=absolute(self.model.path)),
             data=dataclasses.replace(self.data, path=absolute(self.data.path, always=True)),  # globs too
-            output=dataclasses.replace(self.output, dir=absolute(self.output.dir, always=True)),
+            output=dataclasses.replace(self.output, dir=absolute(self.output.dir, always=True) if output else self.output.dir),
         )
 
 
@@ -355,6 +379,13 @@ def _override(data: dict[str, Any], item: str) -> None:
         node[leaf] = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
         raise SpecError(key, f"cannot parse {raw!r}: {exc}") from None
+
+
+def parse(cls: type, data: Any, prefix: str = "") -> Any:
+    """Build the frozen dataclass ``cls`` from a plain mapping, field by field: unknown keys get a "did
+    you mean", values are checked against the field types, errors name the dotted path after ``prefix``.
+    Other typed configuration files (the service's path policy) are read with it too."""
+    return _build(cls, data, prefix)
 
 
 def _to_plain(obj: Any) -> Any:
@@ -404,6 +435,8 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
             value = [value]
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise SpecError(name, f"must be a list of strings, got {value!r}")
+        if len(value) > MAX_LIST_ITEMS or any(len(v) > MAX_TEXT_CHARS for v in value):
+            raise SpecError(name, f"must hold at most {MAX_LIST_ITEMS} names of at most {MAX_TEXT_CHARS} characters")
         return tuple(value)
     if hint is bool:
         if not isinstance(value, bool):
@@ -419,11 +452,14 @@ def _coerce(hint: Any, value: Any, name: str) -> Any:
                 value = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(name, f"must be a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SpecError(name, f"must be a finite number, got {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
             raise SpecError(name, f"must be a string, got {value!r}")
+        limit = LONG_TEXT_CHARS.get(name, MAX_TEXT_CHARS)
+        if len(value) > limit:
+            raise SpecError(name, f"is {len(value)} characters, over the limit of {limit}")
         return value
     return value  # pragma: no cover - every spec field type is handled above

@@ -1,13 +1,20 @@
 """API tokens: teams authenticate with ``authorization: Bearer <token>``; only hashes are stored.
 
-The running job has its own token, minted at launch, good for reporting that job's events alone.
+A running job holds two secrets of its own. Its **launch ticket** travels in its Ray runtime
+environment (where the Ray dashboard shows it): an HMAC of the job id under the service's key, so every
+launch attempt of a job, before or after a service restart, carries the same ticket and nothing about it
+is stored. The job trades the ticket once (``JobReporting.ClaimJob``) for its spec, binding the hash of a
+**report token** it made itself; only that token reports the job's events, and it never leaves the job.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 import secrets
 from collections.abc import Sequence
+from pathlib import Path
 
 PREFIX = "rft_"
 
@@ -29,3 +36,25 @@ def bearer(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
     return None
+
+
+def launch_ticket(key: bytes, job_id: str) -> str:
+    """The job's launch ticket: the same for every launch of one job, different for every job and key."""
+    return "rftl_" + hmac.new(key, job_id.encode(), hashlib.sha256).hexdigest()
+
+
+def ticket_matches(key: bytes, job_id: str, ticket: str | None) -> bool:
+    return ticket is not None and hmac.compare_digest(ticket, launch_ticket(key, job_id))
+
+
+def service_key(data_dir: Path) -> bytes:
+    """The key launch tickets are made with: ``data_dir/launch.key``, created once, readable by the
+    service's user alone. Replacing it invalidates the tickets of jobs not yet started."""
+    path = data_dir / "launch.key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes()
+    with os.fdopen(fd, "wb") as out:
+        out.write(secrets.token_bytes(32))
+    return path.read_bytes()

@@ -1,14 +1,15 @@
 """Launching jobs on Ray through the Ray Jobs API (``JobSubmissionClient``).
 
 The rayft job id is the Ray submission id, and the team and job name go in its metadata, so the Ray
-dashboard lists every job with its owner. The entrypoint is ``python -m ray_jobs.submitted``; the spec,
-the job id, the service's report address and the job's own report token travel as environment
-variables of the job's runtime environment.
+dashboard lists every job with its owner. The entrypoint is ``python -m ray_jobs.submitted``; the job
+id, the service's report address and the job's launch ticket travel as environment variables of its
+runtime environment, which the Ray dashboard shows. Nothing there is a lasting secret: the job trades
+the ticket once for its spec (no size ceiling, unlike an environment variable) and binds a report token
+it made itself (``service/auth.py``).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Protocol
 
 from service.store import JobRecord
@@ -22,7 +23,7 @@ class Launcher(Protocol):
     address: str
     """Where Ray's Jobs API is (for messages)."""
 
-    def submit(self, job: JobRecord, report_address: str, report_token: str) -> str:
+    def submit(self, job: JobRecord, report_address: str, launch_ticket: str) -> str:
         """Start the job; return its Ray submission id. Raises ``RayUnavailable``."""
 
     def status(self, submission_id: str) -> tuple[str, str] | None:
@@ -49,13 +50,8 @@ class RayJobLauncher:
                 raise RayUnavailable(f"Ray Jobs API at {self.address} is unreachable: {exc}") from exc
         return self._client
 
-    def submit(self, job: JobRecord, report_address: str, report_token: str) -> str:
-        env = {
-            "RAYFT_JOB_ID": job.id,
-            "RAYFT_SPEC": json.dumps(job.spec),
-            "RAYFT_REPORT_ADDRESS": report_address,
-            "RAYFT_REPORT_TOKEN": report_token,
-        }
+    def submit(self, job: JobRecord, report_address: str, launch_ticket: str) -> str:
+        env = {"RAYFT_JOB_ID": job.id, "RAYFT_REPORT_ADDRESS": report_address, "RAYFT_LAUNCH_TICKET": launch_ticket}
         try:
             return self._jobs().submit_job(
                 entrypoint=f"{self.python} -m ray_jobs.submitted",

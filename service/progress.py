@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from rayft_contract.states import JobState
-from service.store import EventRecord, JobRecord, JobStore
+from service.store import AsyncJobStore, EventRecord, JobRecord
 
 
 class JobEvents:
-    def __init__(self, store: JobStore):
+    def __init__(self, store: AsyncJobStore):
         self.store = store
         self._changed = asyncio.Condition()
         self._version = 0
@@ -27,17 +27,17 @@ class JobEvents:
             self._changed.notify_all()
 
     async def append(self, job_id: str, kind: str, data: dict[str, Any]) -> EventRecord:
-        event = self.store.append_event(job_id, kind, data)
+        event = await self.store.append_event(job_id, kind, data)
         await self._bump()
         return event
 
     async def append_report(self, job_id: str, report_seq: int, kind: str, data: dict[str, Any]) -> EventRecord | None:
-        event = self.store.append_report(job_id, report_seq, kind, data)
+        event = await self.store.append_report(job_id, report_seq, kind, data)
         await self._bump()
         return event
 
     async def transition(self, job_id: str, state: JobState, message: str = "") -> JobRecord:
-        job = self.store.transition(job_id, state, message)
+        job = await self.store.transition(job_id, state, message)
         await self._bump()
         return job
 
@@ -45,13 +45,13 @@ class JobEvents:
         """Events with seq > ``after_seq``, then new ones as they come; ends after a terminal job's last event."""
         while True:
             version = self._version
-            events = self.store.events(job_id, after_seq)
+            events = await self.store.events(job_id, after_seq)
             for event in events:
                 yield event
                 after_seq = event.seq
             if events:
                 continue
-            job = self.store.get(job_id)
+            job = await self.store.get(job_id)
             if job is None or (job.state.is_terminal and after_seq >= job.last_seq):
                 return
             async with self._changed:

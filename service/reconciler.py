@@ -14,7 +14,7 @@ from rayft_contract.states import JobState, TransitionError
 from service import auth
 from service.launcher import Launcher, RayUnavailable
 from service.progress import JobEvents
-from service.store import JobRecord
+from service.store import JobRecord, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +24,16 @@ class Reconciler:
     """Jobs that ended this recently are checked for Ray jobs left running (see ``_ensure_stopped``)."""
 
     def __init__(
-        self, events: JobEvents, launcher: Launcher, report_address: str, interval_s: float, launch_paused: bool = False
+        self,
+        events: JobEvents,
+        launcher: Launcher,
+        report_address: str,
+        interval_s: float,
+        launch_paused: bool = False,
+        *,
+        launch_key: bytes,
     ):
-        self.events, self.store = events, events.store
+        self.events, self.store, self.launch_key = events, events.store, launch_key
         self.launch_paused = launch_paused
         self.launcher, self.report_address, self.interval_s = launcher, report_address, interval_s
         self.ray_reachable = True
@@ -43,6 +50,8 @@ class Reconciler:
         while not self._stopping:
             try:
                 await self.once()
+            except StoreError as exc:  # logged by the store's health watch; the next pass tries again
+                log.debug("reconcile pass skipped: %s", exc)
             except Exception:  # a bug here must not stop the loop that launches every job
                 log.exception("reconcile pass failed")
             try:
@@ -69,13 +78,13 @@ class Reconciler:
                 self.ray_reachable = False
                 return
             reachable = True
-            for job in self.store.ended_since(time.time() - self.SWEEP_ENDED_S):
+            for job in await self.store.ended_since(time.time() - self.SWEEP_ENDED_S):
                 try:
                     await self._ensure_stopped(job)
                 except RayUnavailable:
                     reachable = False
                     break
-            for job in self.store.active():
+            for job in await self.store.active():
                 try:
                     if job.state is JobState.QUEUED:
                         if not self.launch_paused:
@@ -99,10 +108,11 @@ class Reconciler:
             await asyncio.to_thread(self.launcher.stop, job.id)
 
     async def _launch(self, job: JobRecord) -> None:
-        token = auth.new_token()
-        self.store.update(job.id, report_token_hash=auth.hash_token(token))
-        submission_id = await asyncio.to_thread(self.launcher.submit, job, self.report_address, token)
-        self.store.update(job.id, ray_submission_id=submission_id)
+        # The same ticket on every attempt: a launch retried after a restart or a timeout, when Ray may
+        # already run the first, leaves that driver's ticket (and the report token it binds) valid.
+        ticket = auth.launch_ticket(self.launch_key, job.id)
+        submission_id = await asyncio.to_thread(self.launcher.submit, job, self.report_address, ticket)
+        await self.store.update(job.id, ray_submission_id=submission_id)
         try:
             await self.events.transition(job.id, JobState.STARTING, f"submitted to Ray as {submission_id}")
         except TransitionError:  # cancelled while the submission was in flight
@@ -117,7 +127,7 @@ class Reconciler:
         if status == "SUCCEEDED":
             await self._end(job, JobState.SUCCEEDED, "")
         elif status == "FAILED":
-            await self._end(job, JobState.FAILED, self._failure_reason(job) or message or "the Ray job failed")
+            await self._end(job, JobState.FAILED, await self._failure_reason(job) or message or "the Ray job failed")
         elif status == "STOPPED":
             await self._end(job, JobState.CANCELLED, "stopped in Ray")
 
@@ -127,6 +137,6 @@ class Reconciler:
         except TransitionError:
             pass  # it ended another way meanwhile (e.g. cancelled)
 
-    def _failure_reason(self, job: JobRecord) -> str:
-        failures = [e for e in self.store.events(job.id, max(0, job.last_seq - 50)) if e.kind == "failure"]
+    async def _failure_reason(self, job: JobRecord) -> str:
+        failures = [e for e in await self.store.events(job.id, max(0, job.last_seq - 50)) if e.kind == "failure"]
         return "; ".join(failures[-1].data["errors"].values()) if failures else ""

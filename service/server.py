@@ -23,19 +23,26 @@ from grpc_reflection.v1alpha import reflection
 
 from rayft_contract import convert
 from rayft_contract.events import REPORTABLE, Event
-from rayft_contract.spec import SpecError
+from rayft_contract.spec import MAX_SPEC_BYTES, SpecError
 from rayft_contract.states import JobState, TransitionError
 from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service import auth
+from service.policy import PathPolicy, PolicyDenied
 from service.progress import JobEvents
 from service.reconciler import Reconciler
 from service.settings import ServiceSettings
-from service.store import EventRecord, JobRecord, JobStore
+from service.store import AsyncJobStore, EventRecord, JobRecord, JobStore, ReportOutOfOrder, StoreError
 
 log = logging.getLogger(__name__)
 DEFAULT_TEAM = "default"
 """The team of every call when auth is off (loopback only)."""
+MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+"""What the server reads of one message: above the largest spec (``MAX_SPEC_BYTES``) and event, so a
+spec a little over its limit gets a message naming it, while megabytes are cut off by gRPC itself."""
+MAX_PAGE_BYTES = 1024 * 1024
+"""A ListJobs page stops at this size, whatever page_size asks: under a client's 4 MiB default
+receive limit, and a bound on the server's memory per call."""
 KEEPALIVE = [
     ("grpc.keepalive_time_ms", 30_000),  # ping idle streams every 30 s so proxies keep them open
     ("grpc.keepalive_timeout_ms", 10_000),
@@ -46,14 +53,17 @@ KEEPALIVE = [
 
 
 class FineTuningServicer(pb_grpc.FineTuningServicer):
-    def __init__(self, store: JobStore, events: JobEvents, reconciler: Reconciler, settings: ServiceSettings):
+    def __init__(
+        self, store: AsyncJobStore, events: JobEvents, reconciler: Reconciler, settings: ServiceSettings, policy: PathPolicy
+    ):
         self.store, self.events, self.reconciler, self.settings = store, events, reconciler, settings
+        self.policy = policy
 
     async def _team(self, context: grpc.aio.ServicerContext) -> str:
         token = auth.bearer(context.invocation_metadata())
         if not self.settings.auth:
             return DEFAULT_TEAM
-        team = self.store.team_for_token(auth.hash_token(token)) if token else None
+        team = await self.store.team_for_token(auth.hash_token(token)) if token else None
         if team is None:
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
@@ -62,37 +72,47 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         return team
 
     async def _job(self, job_id: str, team: str, context: grpc.aio.ServicerContext) -> JobRecord:
-        job = self.store.get(job_id) if job_id else None
+        job = await self.store.get(job_id) if job_id else None
         if job is None or job.team != team:  # another team's job does not exist, as far as you know
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
         return job
 
     async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         team = await self._team(context)
+        size = request.spec.ByteSize()
+        if size > MAX_SPEC_BYTES:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"spec: {size} bytes, over the limit of {MAX_SPEC_BYTES}; data goes in data.path, not in the spec",
+            )
         try:
             spec = convert.spec_from_proto(request.spec)
         except SpecError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec.{exc}")
-        body = spec.to_dict()
-        request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        existing = self.store.by_key(team, request.idempotency_key) if request.idempotency_key else None
-        if existing is None and self.store.count_active(team) >= self.settings.max_active_jobs_per_team:
+        request_hash = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()
+        job_id = f"ft-{uuid.uuid4().hex[:16]}"
+        try:
+            spec = self.policy.apply(team, spec, job_id)
+        except PolicyDenied as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"spec.{exc}")
+        existing = await self.store.by_key(team, request.idempotency_key) if request.idempotency_key else None
+        if existing is None and await self.store.count_active(team) >= self.settings.max_active_jobs_per_team:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"team {team!r} has {self.settings.max_active_jobs_per_team} active jobs, its limit: wait for one to end or cancel one",
             )
         now = time.time()
         record = JobRecord(
-            id=f"ft-{uuid.uuid4().hex[:16]}",
+            id=job_id,
             team=team,
             state=JobState.QUEUED,
-            spec=body,
+            spec=spec.to_dict(),
             created_at=now,
             updated_at=now,
             idempotency_key=request.idempotency_key,
             request_hash=request_hash,
         )
-        job, created = self.store.create(record)
+        job, created = await self.store.create(record)
         if not created and job.request_hash != request_hash:
             await context.abort(
                 grpc.StatusCode.ALREADY_EXISTS,
@@ -101,13 +121,9 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         if created:
             await self.events.append(job.id, "phase", {"phase": "queued"})
             self.reconciler.wake()
-        if not self.reconciler.ray_reachable:
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                f"Ray at {self.reconciler.launcher.address} is unreachable; job {job.id} is stored "
-                "and QUEUED, and starts when Ray is back (retry with the same idempotency_key to get it)",
-            )
-        return job_to_proto(self.store.get(job.id))
+        if not self.reconciler.ray_reachable:  # stored and QUEUED: it launches when Ray is back
+            log.info("job %s queued while Ray at %s is unreachable", job.id, self.reconciler.launcher.address)
+        return job_to_proto(await self.store.get(job.id))
 
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         return job_to_proto(await self._job(request.job_id, await self._team(context), context))
@@ -118,9 +134,16 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         if not 0 < size <= 500:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size: must be between 1 and 500")
         states = [convert.state_from_proto(s) for s in request.states if s != pb.JOB_STATE_UNSPECIFIED]
-        jobs = self.store.list(team, states, limit=size + 1, after=request.page_token)
-        page = jobs[:size]
-        return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in page], next_page_token=page[-1].id if len(jobs) > size else "")
+        jobs = await self.store.list(team, states, limit=size + 1, after=request.page_token)
+        page, total = [], 0
+        for job in jobs[:size]:
+            message = job_to_proto(job)
+            total += message.ByteSize()
+            if page and total > MAX_PAGE_BYTES:
+                break
+            page.append(message)
+        more = len(page) < len(jobs)
+        return pb.ListJobsResponse(jobs=page, next_page_token=page[-1].id if more and page else "")
 
     async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         job = await self._job(request.job_id, await self._team(context), context)
@@ -145,12 +168,26 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
 class JobReportingServicer(pb_grpc.JobReportingServicer):
     """The narrow path from a running job back into its event log, authenticated per job."""
 
-    def __init__(self, store: JobStore, events: JobEvents):
-        self.store, self.events = store, events
+    def __init__(self, store: AsyncJobStore, events: JobEvents, launch_key: bytes):
+        self.store, self.events, self.launch_key = store, events, launch_key
+
+    async def ClaimJob(self, request: pb.ClaimJobRequest, context: grpc.aio.ServicerContext) -> pb.ClaimJobResponse:
+        job = await self.store.get(request.job_id) if request.job_id else None
+        if job is None or not auth.ticket_matches(self.launch_key, job.id, auth.bearer(context.invocation_metadata())):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "this launch ticket is not this job's")
+        if job.state.is_terminal:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {job.id} already ended ({job.state.value})")
+        token_hash = request.report_token_sha256.lower()
+        if len(token_hash) != 64 or any(c not in "0123456789abcdef" for c in token_hash):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "report_token_sha256: must be 64 hex digits")
+        if not await self.store.bind_report_token(job.id, token_hash):
+            log.warning("job %s was claimed again with another report token: refused", job.id)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"job {job.id} was already claimed by its driver")
+        return pb.ClaimJobResponse(spec=convert.spec_to_proto(job.spec))
 
     async def Report(self, request: pb.ReportRequest, context: grpc.aio.ServicerContext) -> pb.ReportResponse:
         token = auth.bearer(context.invocation_metadata())
-        job = self.store.get(request.job_id)
+        job = await self.store.get(request.job_id)
         if job is None or not token or not job.report_token_hash or auth.hash_token(token) != job.report_token_hash:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "this token may not report for this job")
         if job.state.is_terminal:  # e.g. cancelled while Ray's stop missed the driver: tell it to exit
@@ -161,12 +198,12 @@ class JobReportingServicer(pb_grpc.JobReportingServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"event: {exc}")
         if event.kind not in REPORTABLE:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"event: a job cannot report {event.kind!r} events")
-        kind, data = event.kind, event.data
         if job.state is JobState.STARTING:
             await self.events.transition(job.id, JobState.RUNNING, "the job is reporting")
-        if kind == "summary":
-            self.store.update(job.id, summary=data)
-        stored = await self.events.append_report(job.id, request.report_seq, kind, data)
+        try:
+            stored = await self.events.append_report(job.id, request.report_seq, event.kind, event.data)
+        except ReportOutOfOrder as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return pb.ReportResponse(stored=stored is not None)
 
 
@@ -189,6 +226,62 @@ def job_to_proto(job: JobRecord) -> pb.Job:
 
 def stored_event_to_proto(event: EventRecord) -> pb.JobEvent:
     return convert.event_to_proto(Event(event.kind, event.data, event.time), job_id=event.job_id, seq=event.seq)
+
+
+class StoreHealth:
+    """Keeps the API services' health true to the store: NOT_SERVING while store calls fail (the fault
+    logged once, when it starts), SERVING again on the first call that succeeds. The overall status
+    (``""``) stays SERVING: the process is alive, and restarting it would not free another's lock."""
+
+    def __init__(self, health_servicer: Any, names: list[str]):
+        self.health, self.names, self.fault = health_servicer, names, None
+
+    async def watch(self, fault: StoreError | None) -> None:
+        if (fault is None) == (self.fault is None):
+            return
+        self.fault = fault
+        if fault is not None:
+            log.error("job store fault (%s): %s; the API reports NOT_SERVING until it clears", fault.kind, fault)
+        else:
+            log.info("job store answers again; the API reports SERVING")
+        status = health_pb2.HealthCheckResponse.NOT_SERVING if fault else health_pb2.HealthCheckResponse.SERVING
+        for name in self.names:
+            await self.health.set(name, status)
+
+
+class StoreFaults(grpc.aio.ServerInterceptor):
+    """A ``StoreError`` from any call leaves as a status the caller can act on, with a plain message:
+    UNAVAILABLE (busy, broken: retry later) or RESOURCE_EXHAUSTED (disk full), never UNKNOWN with
+    SQLite's text. Hand-written: grpc.aio has no ready-made mapping of exceptions to statuses."""
+
+    CODES = {"full": grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or not (handler.unary_unary or handler.unary_stream):
+            return handler
+        codes = self.CODES
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return await handler.unary_unary(request, context)
+            except StoreError as exc:
+                await context.abort(codes.get(exc.kind, grpc.StatusCode.UNAVAILABLE), str(exc))
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                async for item in handler.unary_stream(request, context):
+                    yield item
+            except StoreError as exc:
+                await context.abort(codes.get(exc.kind, grpc.StatusCode.UNAVAILABLE), str(exc))
+
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+            )
+        return grpc.unary_stream_rpc_method_handler(
+            stream, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )
 
 
 class Service:
@@ -215,7 +308,7 @@ class Service:
         await asyncio.wait_for(self.task, timeout=grace)
 
 
-async def start(settings: ServiceSettings, store: JobStore) -> Service:
+async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPolicy) -> Service:
     from service.launcher import RayJobLauncher
 
     if not settings.ray_address:
@@ -223,29 +316,45 @@ async def start(settings: ServiceSettings, store: JobStore) -> Service:
             "ray_address: the service needs a Ray Jobs API address (`rayft serve` starts a local cluster without one)"
         )
     ray_address = settings.ray_address
-    server = grpc.aio.server(options=KEEPALIVE)
+    health_servicer = health.aio.HealthServicer()
+    names = [pb.DESCRIPTOR.services_by_name[n].full_name for n in ("FineTuning", "JobReporting")]
+    store_health = StoreHealth(health_servicer, names)
+    server = grpc.aio.server(
+        options=[*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)], interceptors=[StoreFaults()]
+    )
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     report_address = settings.report_address or f"{'127.0.0.1' if settings.host in ('0.0.0.0', '::') else settings.host}:{port}"
+    store = AsyncJobStore(sync_store, watch=store_health.watch)
     events = JobEvents(store)
     launcher = RayJobLauncher(ray_address, settings.job_python)
-    reconciler = Reconciler(events, launcher, report_address, settings.reconcile_interval_s, settings.launch_paused)
-    pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings), server)
-    pb_grpc.add_JobReportingServicer_to_server(JobReportingServicer(store, events), server)
-    health_servicer = health.aio.HealthServicer()
+    launch_key = auth.service_key(settings.data_dir)
+    reconciler = Reconciler(
+        events, launcher, report_address, settings.reconcile_interval_s, settings.launch_paused, launch_key=launch_key
+    )
+    pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy), server)
+    pb_grpc.add_JobReportingServicer_to_server(JobReportingServicer(store, events, launch_key), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = [pb.DESCRIPTOR.services_by_name[n].full_name for n in ("FineTuning", "JobReporting")]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     await server.start()
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     task = asyncio.create_task(reconciler.run_forever(), name="reconciler")
-    log.info("rayft service on %s:%d (Ray %s, auth %s)", settings.host, port, ray_address, "on" if settings.auth else "off")
+    log.info(
+        "rayft service on %s:%d (Ray %s, auth %s, %s)",
+        settings.host,
+        port,
+        ray_address,
+        "on" if settings.auth else "off",
+        f"path policy {settings.policy_file}"
+        if policy.enforce
+        else "no path policy: one person's service, spec paths used as given",
+    )
     return Service(server, port, health_servicer, reconciler, task)
 
 
-async def serve(settings: ServiceSettings, store: JobStore, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: ServiceSettings, store: JobStore, policy: PathPolicy, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM, then stop gracefully (health NOT_SERVING, in-flight calls finish)."""
-    service = await start(settings, store)
+    service = await start(settings, store, policy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

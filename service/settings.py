@@ -23,6 +23,10 @@ class ServiceSettings:
     Unset: the service starts and owns a local Ray cluster (the embedded default)."""
     auth: bool = True
     """Require team API tokens (``RAYFT_AUTH=0`` turns it off; only allowed on loopback)."""
+    policy_file: Path | None = None
+    """The path policy (``RAYFT_POLICY``): each team's output root and the data, model and cache locations
+    it may use (``service/policy.py`` shows the format). Required with auth on; without it, on loopback
+    with auth off, the service is one person's and uses the spec's paths as given."""
     max_active_jobs_per_team: int = 4
     """Queued + running jobs a team may hold (``RAYFT_MAX_ACTIVE_JOBS``)."""
     report_address: str = ""
@@ -52,6 +56,7 @@ class ServiceSettings:
             "data_dir": Path(env.get("RAYFT_DATA_DIR", str(cls.data_dir))),
             "ray_address": env.get("RAYFT_RAY_ADDRESS") or None,
             "auth": env.get("RAYFT_AUTH", "1") not in ("0", "false", "no"),
+            "policy_file": env.get("RAYFT_POLICY") or None,
             "max_active_jobs_per_team": int(env.get("RAYFT_MAX_ACTIVE_JOBS", cls.max_active_jobs_per_team)),
             "report_address": env.get("RAYFT_REPORT_ADDRESS", ""),
             "job_python": env.get("RAYFT_JOB_PYTHON", sys.executable),
@@ -59,6 +64,8 @@ class ServiceSettings:
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["data_dir"] = Path(values["data_dir"])  # type: ignore[arg-type]
+        if values["policy_file"] is not None:
+            values["policy_file"] = Path(values["policy_file"])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
 
 

@@ -6,11 +6,30 @@ SQLite (``service.store_sqlite``); a server database can follow behind the same 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from rayft_contract.states import JobState
+
+
+class StoreError(RuntimeError):
+    """The store cannot answer now; ``kind`` says why, and the API maps it to a status the caller can act on:
+    ``busy`` (a lock held past its timeout, by another process or a long call) and ``broken`` (damaged,
+    read-only, unreadable) are UNAVAILABLE; ``full`` (no disk space) is RESOURCE_EXHAUSTED."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(message)
+
+
+class ReportOutOfOrder(ValueError):
+    """A report numbered other than the next one expected; ``expected`` is that number."""
+
+    def __init__(self, expected: int, got: int):
+        self.expected = expected
+        super().__init__(f"report_seq: expected {expected}, got {got}; not stored")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +49,7 @@ class JobRecord:
     last_seq: int = 0
     summary: dict[str, Any] | None = None
     report_token_hash: str = ""
-    """SHA-256 of the token the running job reports with (minted at launch)."""
+    """SHA-256 of the token the running job reports with (bound by its ``ClaimJob``; empty before)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +81,16 @@ class JobStore(Protocol):
     def append_event(self, job_id: str, kind: str, data: dict[str, Any], time: float | None = None) -> EventRecord: ...
 
     def append_report(self, job_id: str, report_seq: int, kind: str, data: dict[str, Any]) -> EventRecord | None:
-        """Append an event the running job reported as its ``report_seq``-th; ``None`` for a repeat."""
+        """Append an event the running job reported as its ``report_seq``-th; ``None`` for a repeat (a number
+        already stored). Only the next number is stored: a gap or a number ahead raises ``ReportOutOfOrder``
+        and stores nothing, so a forged ``report_seq=10**12`` cannot make the job's real reports look like
+        repeats. A ``summary`` event also becomes the job's summary, in the same transaction."""
 
     def events(self, job_id: str, after_seq: int = 0, limit: int = 1000) -> list[EventRecord]: ...
+
+    def bind_report_token(self, job_id: str, token_hash: str) -> bool:
+        """Make ``token_hash`` the job's report token unless another is bound already, atomically: True when
+        it is the job's (now or before: a retried claim), False when the job was claimed with another."""
 
     def update(self, job_id: str, **fields: Any) -> JobRecord:
         """Set ``ray_submission_id``, ``summary`` or ``report_token_hash``."""
@@ -82,3 +108,37 @@ class JobStore(Protocol):
     def team_for_token(self, token_hash: str) -> str | None: ...
 
     def close(self) -> None: ...
+
+
+WRITES = frozenset({"create", "transition", "append_event", "append_report", "update", "bind_report_token", "add_token"})
+"""The store's calls that write: only their success shows a fault has cleared."""
+
+
+class AsyncJobStore:
+    """A ``JobStore`` for the event loop: ``await store.get(job_id)`` runs the call in a worker thread, so
+    the loop never waits on SQLite. With another process holding the database lock, calls that need the
+    store wait (up to the store's lock timeout, then ``StoreError("busy")``), while health checks and
+    streams that don't go on. ``watch`` hears every fault (the ``StoreError``) and every write that
+succeeds (``None``).
+
+    Written by hand because the store is synchronous (SQLite's module is) and the service async: this is
+    the one place the two meet."""
+
+    def __init__(self, store: JobStore, watch: Callable[[StoreError | None], Awaitable[None]] | None = None):
+        self.sync, self._watch = store, watch
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self.sync, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = await asyncio.to_thread(method, *args, **kwargs)
+            except StoreError as exc:
+                if self._watch is not None:
+                    await self._watch(exc)
+                raise
+            if self._watch is not None and name in WRITES:  # with WAL, reads go on under another's write lock
+                await self._watch(None)
+            return result
+
+        return call

@@ -2,11 +2,17 @@
 
 Every change that must be atomic (a state change and its event, an event and the job's ``last_seq``)
 is one transaction, so a crash between them cannot leave a gap in a job's event log.
+
+Locks time out after ``LOCK_TIMEOUT_S`` (SQLite's busy timeout and this process's own lock alike), and
+every SQLite fault leaves as a ``StoreError`` saying what kind it is, never as raw SQLite text. The file
+is checked (``PRAGMA quick_check``) when opened, so a damaged store stops the service at start-up with
+one line, instead of a service that reports SERVING while every call fails.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sqlite3
 import threading
@@ -16,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rayft_contract.states import JobState, TransitionError
-from service.store import EventRecord, JobRecord
+from service.store import EventRecord, JobRecord, ReportOutOfOrder, StoreError
 
 MIGRATIONS = [
     # 1: jobs, events, tokens
@@ -42,18 +48,61 @@ MIGRATIONS = [
     """,
 ]
 _UPDATABLE = {"ray_submission_id", "summary", "report_token_hash"}
+LOCK_TIMEOUT_S = 5.0
+"""How long a call waits for the database lock before it answers "busy". Short, so that an outside
+writer (a backup, ``rayft token create``) delays calls by seconds, not half a minute."""
 
 
+def _faults(method):  # noqa: ANN001, ANN202 - a decorator: SQLite's exceptions become StoreError
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            name = getattr(exc, "sqlite_errorname", "")  # SQLITE_BUSY, SQLITE_FULL, ... (extended codes too)
+            if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                message = f"the job store is locked by another writer for over {LOCK_TIMEOUT_S:.0f} s; retry"
+                raise StoreError("busy", message) from exc
+            if name.startswith("SQLITE_FULL"):
+                raise StoreError("full", "the service's disk is full: nothing was stored; retry once space is freed") from exc
+            raise StoreError("broken", f"the job store cannot be written or read ({exc})") from exc
+
+    return wrapper
+
+
+def _with_faults(cls):  # noqa: ANN001, ANN202
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_"):
+            setattr(cls, name, _faults(value))
+    return cls
+
+
+@_with_faults
 class SqliteJobStore:
     def __init__(self, path: str | Path):
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        if str(path) != ":memory:":  # the service's user alone reads the store (tokens, every team's specs)
+            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            Path(path).touch(mode=0o600, exist_ok=True)
+        self.path = str(path)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=LOCK_TIMEOUT_S)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError("broken", f"the job store {self.path} cannot be opened: {exc}") from exc
+
+    def _open(self) -> None:
+        check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(f"quick_check: {check}")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+
+    def _read(self) -> _Locked:
+        return _Locked(self._lock)
 
     def _migrate(self) -> None:
         with self._tx() as db:
@@ -93,12 +142,12 @@ class SqliteJobStore:
             return _job(db.execute("SELECT * FROM jobs WHERE id = ?", (record.id,)).fetchone()), True
 
     def get(self, job_id: str) -> JobRecord | None:
-        with self._lock:
+        with self._read():
             row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job(row) if row else None
 
     def by_key(self, team: str, idempotency_key: str) -> JobRecord | None:
-        with self._lock:
+        with self._read():
             row = self._db.execute(
                 "SELECT * FROM jobs WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)
             ).fetchone()
@@ -115,7 +164,7 @@ class SqliteJobStore:
                 sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
                 args += [anchor.created_at, anchor.created_at, anchor.id]
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-        with self._lock:
+        with self._read():
             return [_job(r) for r in self._db.execute(sql, [*args, limit]).fetchall()]
 
     def transition(self, job_id: str, state: JobState, message: str = "") -> JobRecord:
@@ -144,9 +193,19 @@ class SqliteJobStore:
             raise KeyError(job_id)
         return _job(row)
 
+    def bind_report_token(self, job_id: str, token_hash: str) -> bool:
+        with self._tx() as db:
+            row = db.execute("SELECT report_token_hash FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise KeyError(job_id)
+            if row["report_token_hash"] not in ("", token_hash):
+                return False
+            db.execute("UPDATE jobs SET report_token_hash = ? WHERE id = ?", (token_hash, job_id))
+            return True
+
     def active(self) -> list[JobRecord]:
         terminal = [s.value for s in JobState if s.is_terminal]
-        with self._lock:
+        with self._read():
             rows = self._db.execute(
                 f"SELECT * FROM jobs WHERE state NOT IN ({','.join('?' * len(terminal))}) ORDER BY created_at", terminal
             )
@@ -154,7 +213,7 @@ class SqliteJobStore:
 
     def ended_since(self, since: float) -> list[JobRecord]:
         terminal = [s.value for s in JobState if s.is_terminal]
-        with self._lock:
+        with self._read():
             rows = self._db.execute(
                 f"SELECT * FROM jobs WHERE state IN ({','.join('?' * len(terminal))}) AND updated_at >= ? ORDER BY updated_at",
                 [*terminal, since],
@@ -177,7 +236,11 @@ class SqliteJobStore:
                 raise KeyError(job_id)
             if report_seq <= row["last_report_seq"]:
                 return None
+            if report_seq != row["last_report_seq"] + 1:
+                raise ReportOutOfOrder(row["last_report_seq"] + 1, report_seq)
             db.execute("UPDATE jobs SET last_report_seq = ? WHERE id = ?", (report_seq, job_id))
+            if kind == "summary":
+                db.execute("UPDATE jobs SET summary = ? WHERE id = ?", (json.dumps(data), job_id))
             return self._append(db, job_id, kind, data, None)
 
     def _append(self, db: sqlite3.Connection, job_id: str, kind: str, data: dict[str, Any], at: float | None) -> EventRecord:
@@ -193,7 +256,7 @@ class SqliteJobStore:
         return event
 
     def events(self, job_id: str, after_seq: int = 0, limit: int = 1000) -> list[EventRecord]:
-        with self._lock:
+        with self._read():
             rows = self._db.execute(
                 "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?", (job_id, after_seq, limit)
             )
@@ -206,13 +269,27 @@ class SqliteJobStore:
             db.execute("INSERT INTO tokens (token_hash, team, created_at) VALUES (?,?,?)", (token_hash, team, time.time()))
 
     def team_for_token(self, token_hash: str) -> str | None:
-        with self._lock:
+        with self._read():
             row = self._db.execute("SELECT team FROM tokens WHERE token_hash = ?", (token_hash,)).fetchone()
         return row["team"] if row else None
 
     def close(self) -> None:
-        with self._lock:
+        with self._read():
             self._db.close()
+
+
+class _Locked:
+    """``with``: this process's lock on the connection, or ``StoreError("busy")`` after ``LOCK_TIMEOUT_S``."""
+
+    def __init__(self, lock: threading.RLock):
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        if not self.lock.acquire(timeout=LOCK_TIMEOUT_S):
+            raise StoreError("busy", f"the job store is busy: a call has held it for over {LOCK_TIMEOUT_S:.0f} s; retry")
+
+    def __exit__(self, *exc: Any) -> None:
+        self.lock.release()
 
 
 class _Transaction:
@@ -222,15 +299,24 @@ class _Transaction:
         self.db, self.lock = db, lock
 
     def __enter__(self) -> sqlite3.Connection:
-        self.lock.acquire()
-        self.db.execute("BEGIN IMMEDIATE")
+        _Locked(self.lock).__enter__()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
         return self.db
 
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
         try:
-            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            if not exc_type:
+                self.db.execute("COMMIT")
         finally:
-            self.lock.release()
+            try:
+                if self.db.in_transaction:  # an error, or a COMMIT that failed; SQLite rolls some back itself
+                    self.db.execute("ROLLBACK")
+            finally:
+                self.lock.release()
 
 
 def _job(row: sqlite3.Row) -> JobRecord:

@@ -327,6 +327,20 @@ class Summary(_message.Message):
     json: str
     def __init__(self, json: _Optional[str] = ...) -> None: ...
 
+class ClaimJobRequest(_message.Message):
+    __slots__ = ("job_id", "report_token_sha256")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORT_TOKEN_SHA256_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    report_token_sha256: str
+    def __init__(self, job_id: _Optional[str] = ..., report_token_sha256: _Optional[str] = ...) -> None: ...
+
+class ClaimJobResponse(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: FineTuneSpec
+    def __init__(self, spec: _Optional[_Union[FineTuneSpec, _Mapping]] = ...) -> None: ...
+
 class ReportRequest(_message.Message):
     __slots__ = ("job_id", "report_seq", "event")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -290,6 +290,11 @@ class JobReportingStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.ClaimJob = channel.unary_unary(
+                '/rayft.v1.JobReporting/ClaimJob',
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.ClaimJobRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.ClaimJobResponse.FromString,
+                _registered_method=True)
         self.Report = channel.unary_unary(
                 '/rayft.v1.JobReporting/Report',
                 request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.ReportRequest.SerializeToString,
@@ -302,11 +307,25 @@ class JobReportingServicer:
 
     """
 
+    def ClaimJob(self, request, context):
+        """The job's first call: it trades the launch ticket from its Ray runtime environment for its spec,
+        and binds the report token it made itself (sent as its SHA-256; the token never leaves the job).
+        Metadata: `authorization: Bearer <launch ticket>`. One token per job: the same hash again is a
+        retry and gets the spec again; another hash is PERMISSION_DENIED, so a ticket read from the Ray
+        dashboard after the job started is worth nothing.
+        Errors: UNAUTHENTICATED (a wrong ticket), PERMISSION_DENIED (claimed with another token),
+        FAILED_PRECONDITION (the job has ended).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Report(self, request, context):
         """Appends one event of the running job to its log (unary). Metadata: `authorization: Bearer
-        <job token>`, minted for this job alone at launch. The job numbers its reports 1, 2, 3, ...:
-        a retried report (same report_seq) is acknowledged and not stored twice.
-        Errors: UNAUTHENTICATED, INVALID_ARGUMENT (an event kind a job cannot report).
+        <report token>`, the one ClaimJob bound. The job numbers its reports 1, 2, 3, ...: a retried
+        report (same report_seq) is acknowledged and not stored twice; any number but the next is refused.
+        Errors: UNAUTHENTICATED, INVALID_ARGUMENT (an event kind a job cannot report),
+        FAILED_PRECONDITION (report_seq is not the next one; nothing stored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -315,6 +334,11 @@ class JobReportingServicer:
 
 def add_JobReportingServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'ClaimJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimJob,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.ClaimJobRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.ClaimJobResponse.SerializeToString,
+            ),
             'Report': grpc.unary_unary_rpc_method_handler(
                     servicer.Report,
                     request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.ReportRequest.FromString,
@@ -332,6 +356,33 @@ class JobReporting:
     """---- Internal: the running job reports its events back (narrow, per-job token) ---------------
 
     """
+
+    @staticmethod
+    def ClaimJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rayft.v1.JobReporting/ClaimJob',
+            rayft__contract_dot_v1_dot_finetune__pb2.ClaimJobRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.ClaimJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Report(request,

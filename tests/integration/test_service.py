@@ -29,8 +29,9 @@ pytestmark = pytest.mark.integration
 class Server:
     """A `rayft serve` subprocess; ``start()`` again after ``kill()`` keeps its data dir and port."""
 
-    def __init__(self, data_dir: Path, ray_address: str, port: int = 0, **env: str):
+    def __init__(self, data_dir: Path, ray_address: str, policy: Path, port: int = 0, **env: str):
         self.data_dir, self.ray_address, self.port, self.env = data_dir, ray_address, port, env
+        self.env["RAYFT_POLICY"] = str(policy)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Server:
@@ -64,6 +65,17 @@ class Server:
 
 
 @pytest.fixture
+def policy(tmp_path, tiny) -> Path:
+    """Every team writes under tmp_path/outputs/{team} and reads the tiny assets and tmp_path/data."""
+    import yaml
+
+    path = tmp_path / "policy.yaml"
+    default = {"output_root": f"{tmp_path}/outputs/{{team}}", "data": [str(tiny), f"{tmp_path}/data"], "models": [str(tiny)]}
+    path.write_text(yaml.safe_dump({"default": default}))
+    return path
+
+
+@pytest.fixture
 def tokens(tmp_path):
     store = SqliteJobStore(tmp_path / "service" / "jobs.db")
     made = {team: auth.new_token() for team in ("team-a", "team-b")}
@@ -81,8 +93,8 @@ def running_ray_jobs(jobs_api: str) -> list[str]:
 
 
 @pytest.fixture
-def server(ray_cluster, tmp_path, tokens):
-    srv = Server(tmp_path / "service", ray_cluster.jobs_api).start()
+def server(ray_cluster, tmp_path, tokens, policy):
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy).start()
     yield srv
     srv.stop()
     # Every job a test cancelled must be gone from Ray, or it would starve the next test of CPUs.
@@ -98,16 +110,21 @@ def server(ray_cluster, tmp_path, tokens):
 
 
 @pytest.fixture
-def paused_server(tmp_path, tokens):
+def paused_server(tmp_path, tokens, policy):
     """A service that stores and queues jobs but launches none (RAYFT_LAUNCH_PAUSED): for the API's
     own behaviour (auth, idempotency, listing, validation), which needs no training to run."""
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9", RAYFT_LAUNCH_PAUSED="1").start()
+    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy, RAYFT_LAUNCH_PAUSED="1").start()
     yield srv
     srv.stop()
 
 
 def tiny_job(tiny_spec, name: str, steps: int = 10):
-    spec = tiny_spec.replace(name=name, data=dataclasses.replace(tiny_spec.data, val_fraction=0.0))
+    """The tiny preset as a team submits it: no output.dir of its own (the service puts it under the team's root)."""
+    spec = tiny_spec.replace(
+        name=name,
+        data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
+        output=dataclasses.replace(tiny_spec.output, dir="runs"),
+    )
     return spec.replace(
         train=dataclasses.replace(spec.train, max_steps=steps, log_every=2, eval_every=None, checkpoint_every=steps)
     )
@@ -130,9 +147,10 @@ def wait_for(predicate, timeout=120.0):
     raise TimeoutError
 
 
-def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray_cluster):
+def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray_cluster, tmp_path):
     client = Client(server.address, tokens["team-a"])
     job = client.submit(tiny_job(tiny_spec, "svc-ok"))
+    assert job.spec.output.dir == f"{tmp_path}/outputs/team-a/{job.id}"  # the team's root, then the job's own directory
     events = list(client.watch(job.id))
 
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
@@ -142,7 +160,7 @@ def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray
     assert kinds(events)[-2] == "summary"  # the summary precedes the final state
     final = client.get(job.id)
     assert final.state == pb.SUCCEEDED and '"steps": 10' in final.summary_json
-    assert (Path(tiny_spec.output.dir) / "svc-ok" / "adapter" / "adapter_model.safetensors").is_file()
+    assert (Path(job.spec.output.dir) / "svc-ok" / "adapter" / "adapter_model.safetensors").is_file()
 
     from ray.job_submission import JobSubmissionClient
 
@@ -159,6 +177,7 @@ def test_cancel_a_running_job_stops_it_in_ray(server, tokens, tiny_spec, ray_clu
     client = Client(server.address, tokens["team-a"])
     job = client.submit(tiny_job(tiny_spec, "svc-cancel", steps=5000))
     wait_for(lambda: client.get(job.id).state == pb.RUNNING)
+    assert_the_ray_dashboard_shows_no_lasting_secret(server, ray_cluster, job)
     assert client.cancel(job.id).state == pb.CANCELLED
     ray_jobs = JobSubmissionClient(ray_cluster.jobs_api)
     wait_for(lambda: str(ray_jobs.get_job_status(job.id)).endswith("STOPPED"), timeout=60)
@@ -166,6 +185,59 @@ def test_cancel_a_running_job_stops_it_in_ray(server, tokens, tiny_spec, ray_clu
     with pytest.raises(grpc.RpcError) as info:
         client.cancel(job.id)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def assert_the_ray_dashboard_shows_no_lasting_secret(server, ray_cluster, job):
+    """What anyone who reaches the Ray dashboard reads of a running job: its id, the report address and a
+    launch ticket the job has already traded. No spec, no report token; the ticket opens nothing now."""
+    import hashlib
+    import json
+
+    from ray.job_submission import JobSubmissionClient
+
+    from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
+
+    runtime_env = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env
+    env = runtime_env["env_vars"]
+    assert set(env) == {"RAYFT_JOB_ID", "RAYFT_REPORT_ADDRESS", "RAYFT_LAUNCH_TICKET"}
+    assert job.spec.data.path not in json.dumps(runtime_env)
+    reporting = pb_grpc.JobReportingStub(grpc.insecure_channel(server.address))
+    ticket = [("authorization", f"Bearer {env['RAYFT_LAUNCH_TICKET']}")]
+    mine = hashlib.sha256(b"an attacker's own token").hexdigest()
+    with pytest.raises(grpc.RpcError) as info:
+        reporting.ClaimJob(pb.ClaimJobRequest(job_id=job.id, report_token_sha256=mine), metadata=ticket)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as info:  # nor does the ticket report
+        event = pb.JobEvent(progress=pb.Progress(step=1))
+        reporting.Report(pb.ReportRequest(job_id=job.id, report_seq=1, event=event), metadata=ticket)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_launch_that_reached_ray_before_the_service_died_keeps_every_report(ray_cluster, tmp_path, tokens, tiny_spec, policy):
+    """The service dies after Ray accepted a job but before the store recorded it: on restart the job is
+    QUEUED, the reconciler launches it again with the same ticket, Ray says it has it, and the driver
+    that was already running (it waited out the outage) claims, reports and succeeds."""
+    from service.launcher import RayJobLauncher
+    from service.store import JobRecord
+
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_LAUNCH_PAUSED="1").start()
+    client = Client(srv.address, tokens["team-a"])
+    queued = client.submit(tiny_job(tiny_spec, "svc-half-launched", steps=6))
+    srv.stop()
+    store = SqliteJobStore(tmp_path / "service" / "jobs.db")
+    record: JobRecord = store.get(queued.id)
+    store.close()
+    key = auth.service_key(tmp_path / "service")
+    RayJobLauncher(ray_cluster.jobs_api, sys.executable).submit(record, srv.address, auth.launch_ticket(key, record.id))
+    del srv.env["RAYFT_LAUNCH_PAUSED"]
+    srv.start()  # same data dir, same port: the address the running driver claims at
+    try:
+        events = list(Client(srv.address, tokens["team-a"]).watch(queued.id))
+        assert states(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"], srv.log.read_text()[-3000:]
+        steps = [e.progress.step for e in events if e.WhichOneof("payload") == "progress"]
+        assert steps == [2, 4, 6] and kinds(events)[-2] == "summary"
+    finally:
+        srv.stop()
 
 
 def test_teams_are_isolated_and_tokens_required(paused_server, tokens, tiny_spec):
@@ -182,6 +254,154 @@ def test_teams_are_isolated_and_tokens_required(paused_server, tokens, tiny_spec
             client.get(job.id)
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     a.cancel(job.id)
+
+
+def test_a_team_reaches_only_the_locations_its_policy_allows(paused_server, tokens, tiny_spec, tiny, tmp_path):
+    """The attacks of issue 10, each refused with PERMISSION_DENIED naming the field, and nothing stored."""
+    a = Client(paused_server.address, tokens["team-a"])
+    job = tiny_job(tiny_spec, "svc-policy")
+
+    def section(name, **values):
+        return job.replace(**{name: dataclasses.replace(getattr(job, name), **values)})
+
+    attacks = {
+        "data.path": [
+            section("data", path="/etc/passwd"),
+            section("data", path=f"{tiny}/../../../etc/passwd"),  # escapes an allowed prefix by '..'
+            section("data", path=f"{tiny}-evil/train.jsonl"),  # shares the prefix's text, not its directory
+            section("data", path="http://169.254.169.254/latest/meta-data/"),  # the cloud metadata endpoint
+            section("data", path=str(tmp_path / "service" / "jobs.db")),  # the service's own database
+        ],
+        "model.path": [section("model", path="/"), section("model", path="org/some-model")],  # no hub ids allowed
+        "output.dir": [
+            section("output", dir="/etc"),
+            section("output", dir=str(tmp_path / "service")),
+            section("output", dir=f"{tmp_path}/outputs/team-b"),  # another team's root
+        ],
+        "data.cache_uri": [section("data", cache_uri="s3://another-teams-bucket/cache")],
+    }
+    for field, specs in attacks.items():
+        for spec in specs:
+            with pytest.raises(grpc.RpcError) as info:
+                a.submit(spec)
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED, (field, info.value.details())
+            assert info.value.details().startswith(f"spec.{field}: "), info.value.details()
+    with pytest.raises(grpc.RpcError) as info:  # past the client's own check, as a hostile client would send it
+        a._stub.CreateJob(pb.CreateJobRequest(spec=spec_to_proto({**job.to_dict(), "name": ".."})), metadata=a._metadata)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info.value.details().startswith("spec.name: ")
+    assert list(a.list()) == []  # nothing was stored
+
+    inside = a.submit(section("output", dir=f"{tmp_path}/outputs/team-a/nightly"))  # a folder of its own root
+    assert inside.spec.output.dir == f"{tmp_path}/outputs/team-a/nightly/{inside.id}"
+    a.cancel(inside.id)
+
+
+def test_a_megabyte_spec_is_refused_at_the_api_and_nothing_is_stored(paused_server, tokens, tiny_spec):
+    a = Client(paused_server.address, tokens["team-a"])
+    body = tiny_job(tiny_spec, "svc-huge").to_dict()
+    for size, code in ((1_000_000, grpc.StatusCode.INVALID_ARGUMENT), (3_000_000, grpc.StatusCode.RESOURCE_EXHAUSTED)):
+        body["data"]["chat_template"] = "x" * size  # past the client's own check, as a hostile client sends it
+        with pytest.raises(grpc.RpcError) as info:
+            a._stub.CreateJob(pb.CreateJobRequest(spec=spec_to_proto(body)), metadata=a._metadata)
+        assert info.value.code() == code, info.value.details()
+    body["data"]["chat_template"] = "x" * 1_000_000
+    with pytest.raises(grpc.RpcError) as info:
+        a._stub.CreateJob(pb.CreateJobRequest(spec=spec_to_proto(body)), metadata=a._metadata)
+    assert info.value.details().startswith("spec: ") and "over the limit of 65536" in info.value.details()
+    assert list(a.list()) == []
+
+
+def test_a_forged_report_far_ahead_is_refused_and_the_jobs_reports_still_land(paused_server, tokens, tiny_spec, tmp_path):
+    from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
+
+    a = Client(paused_server.address, tokens["team-a"])
+    job = a.submit(tiny_job(tiny_spec, "svc-forged"))
+    report_token = auth.new_token()  # as if minted at launch, and stolen
+    store = SqliteJobStore(tmp_path / "service" / "jobs.db")
+    store.update(job.id, report_token_hash=auth.hash_token(report_token))
+    store.close()
+    reporting = pb_grpc.JobReportingStub(grpc.insecure_channel(paused_server.address))
+    metadata = [("authorization", f"Bearer {report_token}")]
+
+    def report(seq: int, step: int):
+        event = pb.JobEvent(progress=pb.Progress(step=step, total_steps=10))
+        return reporting.Report(pb.ReportRequest(job_id=job.id, report_seq=seq, event=event), metadata=metadata)
+
+    with pytest.raises(grpc.RpcError) as info:
+        report(10**12, 999)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "expected 1" in info.value.details()
+    assert report(1, 1).stored and not report(1, 1).stored  # the job's own first report, then its retry
+    assert report(2, 2).stored
+    a.cancel(job.id)
+    assert [e.progress.step for e in a.watch(job.id) if e.WhichOneof("payload") == "progress"] == [1, 2]
+
+
+def test_a_lock_held_by_another_process_leaves_health_answering_and_loses_nothing(paused_server, tokens, tiny_spec, tmp_path):
+    """Issue 10: with SQLite on the event loop, one outside writer froze health checks for 29 s. Now the
+    store's calls run in threads: health answers while a CreateJob waits on the lock, the create ends in
+    UNAVAILABLE with a plain message, and the API's health says NOT_SERVING until the lock is gone."""
+    import sqlite3
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
+
+    a = Client(paused_server.address, tokens["team-a"])
+    kept = a.submit(tiny_job(tiny_spec, "svc-before-lock"))
+    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(paused_server.address))
+
+    def status(service: str = "") -> str:
+        response = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=30)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+    other = sqlite3.connect(tmp_path / "service" / "jobs.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a backup, or `rayft token create`, holding the write lock
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            # One attempt, without the client's retries of UNAVAILABLE: what the service itself answers.
+            request = pb.CreateJobRequest(spec=spec_to_proto(tiny_job(tiny_spec, "svc-during-lock")), idempotency_key="k")
+            stub = pb_grpc.FineTuningStub(grpc.insecure_channel(paused_server.address))
+            create = pool.submit(stub.CreateJob, request, metadata=a._metadata, timeout=60)
+            time.sleep(
+                1.0
+            )  # the create reaches the store and waits on the lock (5 s); slower, and this checks less, never wrongly
+            answered_while_waiting = status() == "SERVING" and not create.done()
+            with pytest.raises(grpc.RpcError) as info:
+                create.result()
+        assert answered_while_waiting  # the loop was free while the create waited on the lock
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "locked by another writer" in info.value.details()
+        assert "database is locked" not in info.value.details()
+        assert status("rayft.v1.FineTuning") == "NOT_SERVING" and status() == "SERVING"
+        assert "job store fault (busy)" in paused_server.log.read_text()
+        assert a.get(kept.id).spec.name == "svc-before-lock"  # reads go on meanwhile (WAL)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    again = a.submit(tiny_job(tiny_spec, "svc-after-lock"))
+    assert status("rayft.v1.FineTuning") == "SERVING"
+    assert {j.spec.name for j in a.list()} == {"svc-before-lock", "svc-after-lock"}  # nothing lost, nothing half-made
+    for job in (kept, again):
+        a.cancel(job.id)
+
+
+def test_a_damaged_store_stops_the_service_at_start_with_one_line(tmp_path, policy):
+    data_dir = tmp_path / "service"
+    data_dir.mkdir()
+    (data_dir / "jobs.db").write_bytes(b"this is not a database" * 500)
+    env = {**os.environ, "RAYFT_DATA_DIR": str(data_dir), "RAYFT_RAY_ADDRESS": "http://127.0.0.1:9", "RAYFT_PORT": "0"}
+    env["RAYFT_POLICY"] = str(policy)
+    done = subprocess.run([sys.executable, "-m", "rayft", "serve"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "jobs.db" in line and "cannot be opened" in line and "Traceback" not in done.stderr
+
+
+def test_a_shared_service_will_not_start_without_a_path_policy(tmp_path):
+    env = {**os.environ, "RAYFT_DATA_DIR": str(tmp_path), "RAYFT_RAY_ADDRESS": "http://127.0.0.1:9", "RAYFT_PORT": "0"}
+    env.pop("RAYFT_POLICY", None)
+    done = subprocess.run([sys.executable, "-m", "rayft", "serve"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "policy" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_idempotent_creates_list_filter_and_errors(paused_server, tokens, tiny_spec):
@@ -211,8 +431,8 @@ def test_idempotent_creates_list_filter_and_errors(paused_server, tokens, tiny_s
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_service_killed_mid_job_restarts_and_loses_nothing(ray_cluster, tmp_path, tokens, tiny_spec):
-    srv = Server(tmp_path / "service", ray_cluster.jobs_api).start()
+def test_service_killed_mid_job_restarts_and_loses_nothing(ray_cluster, tmp_path, tokens, tiny_spec, policy):
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy).start()
     client = Client(srv.address, tokens["team-a"])
     job = client.submit(tiny_job(tiny_spec, "svc-restart", steps=40))
     seen = []
@@ -300,7 +520,7 @@ def test_generated_invalid_specs_get_invalid_argument_never_internal(paused_serv
 def test_team_quota_and_a_job_that_cannot_read_its_data(server, tokens, tiny_spec, tmp_path):
     client = Client(server.address, tokens["team-a"])
     bad = tiny_job(tiny_spec, "svc-no-data")
-    bad = bad.replace(data=dataclasses.replace(bad.data, path=str(tmp_path / "missing.jsonl")))
+    bad = bad.replace(data=dataclasses.replace(bad.data, path=str(tmp_path / "data" / "missing.jsonl")))
     job = client.submit(bad)
     events = list(client.watch(job.id))
     assert states(events)[-1] == "FAILED"
@@ -310,8 +530,8 @@ def test_team_quota_and_a_job_that_cannot_read_its_data(server, tokens, tiny_spe
     assert "does not exist" in failure[-1].errors["job"]
 
 
-def test_per_team_limit_on_active_jobs(tmp_path, tokens, tiny_spec):
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9", RAYFT_LAUNCH_PAUSED="1", RAYFT_MAX_ACTIVE_JOBS="2").start()
+def test_per_team_limit_on_active_jobs(tmp_path, tokens, tiny_spec, policy):
+    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy, RAYFT_LAUNCH_PAUSED="1", RAYFT_MAX_ACTIVE_JOBS="2").start()
     try:
         a, b = Client(srv.address, tokens["team-a"]), Client(srv.address, tokens["team-b"])
         first = a.submit(tiny_job(tiny_spec, "q1"))
@@ -327,18 +547,19 @@ def test_per_team_limit_on_active_jobs(tmp_path, tokens, tiny_spec):
         srv.stop()
 
 
-def test_ray_unreachable_gives_unavailable_and_keeps_the_job_queued(tmp_path, tokens, tiny_spec):
+def test_ray_unreachable_still_accepts_the_job_queued_and_keeps_it(tmp_path, tokens, tiny_spec, policy):
+    """Issue 10: answering UNAVAILABLE for a job already stored made every client retry create another.
+    The job is accepted (OK, QUEUED) and launches when Ray is back."""
     # Port 9 (discard) on loopback: nothing listens, so every Jobs API call fails to connect.
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9").start()
+    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy).start()
     try:
         client = Client(srv.address, tokens["team-a"])
         # The reconciler's first pass finds Ray down (it logs so once); wait for that, however long it takes.
         wait_for(lambda: "Ray unreachable" in srv.log.read_text())
-        with pytest.raises(grpc.RpcError) as info:
-            client.submit(tiny_job(tiny_spec, "svc-no-ray"), idempotency_key="k")
-        assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "unreachable" in info.value.details()
+        submitted = client.submit(tiny_job(tiny_spec, "svc-no-ray"))
+        assert submitted.state == pb.QUEUED and submitted.idempotency_key.startswith("auto-")  # made by the client
         (job,) = client.list()
-        assert job.state == pb.QUEUED and job.spec.name == "svc-no-ray"
+        assert job.id == submitted.id and job.spec.name == "svc-no-ray"
         time.sleep(3)  # later passes retry the launch; the job stays queued, nothing is lost
         assert client.get(job.id).state == pb.QUEUED
     finally:

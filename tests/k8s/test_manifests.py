@@ -7,6 +7,7 @@ gzipped, from KubeRay v1.7.0 (``config/crd/bases``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 from pathlib import Path
@@ -100,3 +101,25 @@ def test_service_deployment_wiring():
     cluster = next(d for _, d in documents() if d["kind"] == "RayCluster")
     assert env["RAYFT_RAY_ADDRESS"] == f"http://{cluster['metadata']['name']}-head-svc:8265"
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"  # one SQLite writer
+
+
+def test_the_service_reads_a_path_policy_that_loads_and_keeps_jobs_off_its_data_volume():
+    from rayft_contract.spec import FineTuneSpec
+    from service.policy import PathPolicy, PolicyDenied
+
+    docs = {d["kind"]: d for _, d in documents() if d.get("metadata", {}).get("name", "").startswith("rayft")}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volume = next(v for v in pod["volumes"] if v["name"] == "policy")
+    config = docs["ConfigMap"]
+    assert volume["configMap"]["name"] == config["metadata"]["name"]
+    assert env["RAYFT_POLICY"] == f"{mounts['policy']}/policy.yaml"
+    policy = PathPolicy.from_dict(yaml.safe_load(config["data"]["policy.yaml"]), protected=(env["RAYFT_DATA_DIR"],))
+    spec = FineTuneSpec.from_dict(
+        {"name": "j", "model": {"path": "s3://rayft-models/llama"}, "data": {"path": "s3://rayft-datasets/vision/x.jsonl"}}
+    )
+    assert policy.apply("vision", spec, "ft-1").output.dir == "s3://rayft-outputs/vision/ft-1"
+    with pytest.raises(PolicyDenied):
+        policy.apply("vision", spec.replace(data=dataclasses.replace(spec.data, path="/data/jobs.db")), "ft-1")

@@ -32,3 +32,21 @@ def test_tokens_hash_and_bearer_parsing():
     assert token.startswith("rft_") and hash_token(token) != token and len(hash_token(token)) == 64
     assert bearer([("authorization", f"Bearer {token}")]) == token
     assert bearer([("authorization", "Basic abc")]) is None and bearer([]) is None
+
+
+def test_the_store_and_the_launch_key_are_readable_by_the_services_user_alone(tmp_path):
+    import stat
+
+    from service.auth import launch_ticket, service_key, ticket_matches
+    from service.store_sqlite import SqliteJobStore
+
+    data_dir = tmp_path / "svc"
+    SqliteJobStore(data_dir / "jobs.db").close()
+    key = service_key(data_dir)
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert (mode(data_dir), mode(data_dir / "jobs.db"), mode(data_dir / "launch.key")) == (0o700, 0o600, 0o600)
+    assert service_key(data_dir) == key  # made once, then read
+    assert launch_ticket(key, "ft-1") == launch_ticket(key, "ft-1")  # every launch of a job carries the same
+    assert launch_ticket(key, "ft-2") != launch_ticket(key, "ft-1") != launch_ticket(b"another key", "ft-1")
+    assert ticket_matches(key, "ft-1", launch_ticket(key, "ft-1")) and not ticket_matches(key, "ft-2", launch_ticket(key, "ft-1"))
+    assert not ticket_matches(key, "ft-1", None)

@@ -177,3 +177,38 @@ def test_ordinary_job_names_are_kept(name):
     data = spec_with("train", "max_steps", 5)
     data["name"] = name
     assert FineTuneSpec.from_dict(data).name == name
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "field"),
+    [
+        ("scaling", "num_workers", 100000, "scaling.num_workers"),
+        ("scaling", "cpus_per_worker", 10**6, "scaling.cpus_per_worker"),
+        ("lora", "r", 10**9, "lora.r"),
+        ("train", "learning_rate", float("inf"), "train.learning_rate"),
+        ("train", "learning_rate", float("nan"), "train.learning_rate"),
+        ("train", "learning_rate", "inf", "train.learning_rate"),  # YAML's spelling reaches us as a string
+        ("train", "max_grad_norm", float("inf"), "train.max_grad_norm"),
+        ("train", "max_steps", 10**12, "train.max_steps"),
+        ("train", "seed", -1, "train.seed"),
+        ("data", "max_seq_len", 10**9, "data.max_seq_len"),
+        ("data", "tokenize_workers", 10**5, "data.tokenize_workers"),
+        ("data", "path", "/d/" + "x" * 5000, "data.path"),
+        ("data", "chat_template", "{{ x }}" * 10_000, "data.chat_template"),
+        ("lora", "target_modules", [f"m{i}" for i in range(65)], "lora.target_modules"),
+    ],
+)
+def test_values_beyond_any_real_job_are_refused_up_front(section, key, value, field):
+    """Issue 10: a hostile or mistyped spec must not reach a cluster that waits forever for 100,000 workers,
+    or a worker that runs out of memory on a rank of a billion."""
+    with pytest.raises(SpecError) as info:
+        FineTuneSpec.from_dict(spec_with(section, key, value))
+    assert info.value.field == field
+
+
+def test_the_largest_real_values_still_pass():
+    data = spec_with("data", "chat_template", "{{ x }}" * 4000)
+    data["scaling"] = {"num_workers": 1024, "use_gpu": False}
+    data["lora"] = {"r": 4096}
+    data["train"] = {"learning_rate": 1.0, "max_steps": 10_000_000, "seed": 2**32 - 1}
+    assert FineTuneSpec.from_dict(data).scaling.num_workers == 1024

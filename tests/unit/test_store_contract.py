@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from rayft_contract.states import TERMINAL, TRANSITIONS, JobState, TransitionError
-from service.store import JobRecord
+from service.store import JobRecord, ReportOutOfOrder, StoreError
 from service.store_sqlite import SqliteJobStore
 
 IMPLEMENTATIONS = {"sqlite": lambda tmp_path: SqliteJobStore(tmp_path / "jobs.db")}
@@ -113,6 +113,24 @@ def test_reports_are_stored_once(store):
     assert [e.data.get("step") for e in store.events(job.id)] == [None, 1, 2]
 
 
+def test_a_report_number_ahead_of_the_next_is_refused_and_cannot_silence_the_job(store):
+    job, _ = store.create(record())
+    store.append_report(job.id, 1, "progress", {"step": 1})
+    for forged in (3, 10**12):
+        with pytest.raises(ReportOutOfOrder) as info:
+            store.append_report(job.id, forged, "progress", {"step": -1})
+        assert info.value.expected == 2
+    assert store.append_report(job.id, 2, "progress", {"step": 2}).seq == 3  # the job's next real report still lands
+    assert [e.data.get("step") for e in store.events(job.id)] == [None, 1, 2]
+
+
+def test_a_summary_report_is_the_jobs_summary_and_a_repeat_changes_nothing(store):
+    job, _ = store.create(record())
+    store.append_report(job.id, 1, "summary", {"steps": 3})
+    assert store.append_report(job.id, 1, "summary", {"steps": 999}) is None
+    assert store.get(job.id).summary == {"steps": 3}
+
+
 def test_list_filters_and_pages_newest_first(store):
     jobs = [store.create(record(at=1000.0 + i))[0] for i in range(7)]
     store.create(record(team="team-b"))
@@ -125,6 +143,13 @@ def test_list_filters_and_pages_newest_first(store):
     assert store.count_active("team-a") == 6
     assert [j.id for j in store.ended_since(time.time() - 60)] == [jobs[0].id]
     assert store.ended_since(time.time() + 60) == []
+
+
+def test_a_report_token_is_bound_once_and_a_retry_of_the_same_is_accepted(store):
+    job, _ = store.create(record())
+    assert store.bind_report_token(job.id, "h1") and store.bind_report_token(job.id, "h1")
+    assert not store.bind_report_token(job.id, "h2")  # someone else's claim with the same ticket
+    assert store.get(job.id).report_token_hash == "h1"
 
 
 def test_update_and_summary_round_trip(store):
@@ -150,6 +175,52 @@ def test_data_survives_reopening(tmp_path):
     assert reopened.get(job.id) == store_job_after(job)
     assert [e.seq for e in reopened.events(job.id)] == [1, 2]
     reopened.close()
+
+
+def test_a_full_disk_is_a_store_error_of_its_own_and_loses_nothing_stored(tmp_path):
+    """SQLite's own limit on the file's pages stands in for a full disk: the same SQLITE_FULL error."""
+    store = SqliteJobStore(tmp_path / "jobs.db")
+    job, _ = store.create(record())
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(StoreError) as info:
+        for i in range(200):  # until the file would have to grow
+            store.append_event(job.id, "progress", {"step": i, "pad": "x" * 2000})
+    assert info.value.kind == "full" and "disk is full" in str(info.value)
+    grown = len(store.events(job.id))
+    assert store.get(job.id).last_seq == grown  # every event before the fault is there, and no half of one
+
+
+def test_a_lock_held_by_another_process_is_busy_not_raw_sqlite_text(tmp_path):
+    import sqlite3
+
+    store = SqliteJobStore(tmp_path / "jobs.db")
+    job, _ = store.create(record())
+    other = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a backup, or `rayft token create`, holding the write lock
+    try:
+        assert store.get(job.id).id == job.id  # WAL: reads go on
+        with pytest.raises(StoreError) as info:
+            store.append_event(job.id, "progress", {"step": 1})
+        assert info.value.kind == "busy" and "database is locked" not in str(info.value)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.append_event(job.id, "progress", {"step": 1}).seq == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_store_is_refused_when_opened(tmp_path, damage):
+    path = tmp_path / "jobs.db"
+    store = SqliteJobStore(path)
+    for _ in range(20):
+        store.create(record())
+    store.close()
+    data = path.read_bytes()
+    path.write_bytes(b"not a database at all" * 200 if damage == "garbage" else data[: len(data) // 2 + 100])
+    with pytest.raises(StoreError) as info:
+        SqliteJobStore(path)
+    assert info.value.kind == "broken" and str(path) in str(info.value)
 
 
 def store_job_after(job):
