@@ -1,7 +1,8 @@
 """``rayft`` commands that talk to (or are) the rayft service.
 
-    rayft serve [--host H] [--port P] [--ray-address URL] [--no-auth]   # RAYFT_* env vars work too
-    rayft token create --team NAME                                       # prints a new API token once
+    rayft serve [--host H] [--port P] [--ray-address URL] [--policy FILE] [--no-auth]   # RAYFT_* env vars too
+    rayft token create --team NAME [--expires-in 90d|12h|never]          # prints a new API token once
+    rayft token list [--team NAME] | rayft token revoke ID
     rayft submit SPEC.yaml [--watch] [--idempotency-key K]
     rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] | rayft cancel JOB
 
@@ -13,7 +14,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
+import time
 from typing import Any
 
 from rayft_contract.spec import SpecError
@@ -29,9 +32,11 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p.add_argument("--policy", help="path policy YAML: each team's output root and allowed data/model locations (RAYFT_POLICY)")
     p.set_defaults(command=cmd_serve)
 
-    p = sub.add_parser("token", help="manage team API tokens")
-    p.add_argument("action", choices=["create"])
-    p.add_argument("--team", required=True)
+    p = sub.add_parser("token", help="team API tokens: create, list, revoke (run where the service's data dir is)")
+    p.add_argument("action", choices=["create", "list", "revoke"])
+    p.add_argument("id", nargs="?", help="revoke: the token's id, from `rayft token list`")
+    p.add_argument("--team", help="create: the team the token acts for; list: only this team's")
+    p.add_argument("--expires-in", default="90d", help="create: 90d (default), 12h, ... or never")
     p.add_argument("--data-dir")
     p.set_defaults(command=cmd_token)
 
@@ -111,13 +116,55 @@ def cmd_token(args: argparse.Namespace) -> int:
     from service.store_sqlite import SqliteJobStore
 
     settings = ServiceSettings.from_env(data_dir=args.data_dir)
-    token = auth.new_token()
+    if args.action == "create":
+        team, expires_at = _token_team(args.team), _expiry(args.expires_in)
     store = SqliteJobStore(settings.data_dir / "jobs.db")
-    store.add_token(args.team, auth.hash_token(token))
-    store.close()
-    print(token)
-    print(f"(team {args.team}; shown once, stored hashed; send it as RAYFT_TOKEN)", file=sys.stderr)
+    try:
+        if args.action == "create":
+            token = auth.new_token()
+            record = store.add_token(team, auth.hash_token(token), expires_at)
+            print(token)
+            until = time.strftime("%Y-%m-%d", time.gmtime(expires_at)) if expires_at else "never"
+            print(
+                f"(token {record.id}, team {team}, expires {until}; shown once, stored hashed; send it as RAYFT_TOKEN)",
+                file=sys.stderr,
+            )
+        elif args.action == "list":
+            for t in store.tokens(args.team):
+                expires = time.strftime("%Y-%m-%d", time.gmtime(t.expires_at)) if t.expires_at else "never"
+                state = "revoked" if t.revoked_at else "expired" if t.expires_at and t.expires_at < time.time() else "live"
+                print(
+                    f"{t.id}  {t.team:<20} {time.strftime('%Y-%m-%d', time.gmtime(t.created_at))}  expires {expires:<10}  {state}"
+                )
+        else:
+            if not args.id:
+                raise SpecError("token revoke", "name the token: rayft token revoke ID (ids: rayft token list)")
+            revoked = store.revoke_token(args.id)
+            if revoked is None:
+                raise SpecError("id", f"no token {args.id!r}: give the 12-character id `rayft token list` shows")
+            print(f"revoked {revoked.id} (team {revoked.team})")
+    finally:
+        store.close()
     return 0
+
+
+def _token_team(team: str | None) -> str:
+    """Team names go into paths (a policy's ``{team}``): one safe path component, like job names."""
+    if not team or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", team) is None:
+        raise SpecError(
+            "--team", f"must be 1-64 ASCII letters, digits, '-', '_' or '.', starting with a letter or digit, got {team!r}"
+        )
+    return team
+
+
+def _expiry(text: str) -> float | None:
+    """``90d``, ``12h``, ``never``: when the token stops working, in Unix seconds."""
+    if text == "never":
+        return None
+    match = re.fullmatch(r"(\d+)([dh])", text)
+    if match is None or int(match.group(1)) == 0:
+        raise SpecError("--expires-in", f"must be like 90d, 12h or never, got {text!r}")
+    return time.time() + int(match.group(1)) * (86400 if match.group(2) == "d" else 3600)
 
 
 def _client():  # noqa: ANN202

@@ -10,13 +10,27 @@ it made itself (``service/auth.py``).
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from service.store import JobRecord
 
 
 class RayUnavailable(ConnectionError):
-    """The Ray cluster's Jobs API cannot be reached."""
+    """The Ray cluster's Jobs API cannot be reached (or failed on its side: try again later)."""
+
+
+class LaunchRejected(ValueError):
+    """Ray's Jobs API refused this submission (an HTTP 4xx): retrying it would not help, the job fails."""
+
+
+def _submit_error(exc: RuntimeError) -> Exception:
+    """Ray's SDK raises ``RuntimeError("Request failed with status code 400: ...")`` for any HTTP error:
+    4xx is the request's fault, everything else (5xx, "no available agent") the cluster's."""
+    match = re.search(r"status code (\d{3})", str(exc))
+    if match and 400 <= int(match.group(1)) < 500:
+        return LaunchRejected(str(exc).splitlines()[0][:500])
+    return RayUnavailable(str(exc))
 
 
 class Launcher(Protocol):
@@ -24,7 +38,7 @@ class Launcher(Protocol):
     """Where Ray's Jobs API is (for messages)."""
 
     def submit(self, job: JobRecord, report_address: str, launch_ticket: str) -> str:
-        """Start the job; return its Ray submission id. Raises ``RayUnavailable``."""
+        """Start the job; return its Ray submission id. Raises ``RayUnavailable`` or ``LaunchRejected``."""
 
     def status(self, submission_id: str) -> tuple[str, str] | None:
         """``(Ray job status, message)`` or ``None`` when Ray has no such job."""
@@ -62,7 +76,7 @@ class RayJobLauncher:
         except RuntimeError as exc:
             if "already exists" in str(exc):  # a launch retried after the service restarted
                 return job.id
-            raise RayUnavailable(str(exc)) from exc
+            raise _submit_error(exc) from exc
         except ConnectionError as exc:
             self._client = None
             raise RayUnavailable(str(exc)) from exc

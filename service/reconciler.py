@@ -1,5 +1,8 @@
 """Keeps the store in step with Ray: launches queued jobs, and follows launched ones to their end.
 
+Each team has at most ``max_running_per_team`` jobs launched (STARTING or RUNNING) at a time; the rest
+wait QUEUED, in the order they came. That is a quota, not a scheduler: Ray places what is launched.
+
 It runs every ``reconcile_interval_s`` and after every CreateJob, also right after the service
 starts, so jobs that ran (or ended) while the service was down are picked up where they are.
 """
@@ -9,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 
 from rayft_contract.states import JobState, TransitionError
 from service import auth
-from service.launcher import Launcher, RayUnavailable
+from service.launcher import Launcher, LaunchRejected, RayUnavailable
 from service.progress import JobEvents
 from service.store import JobRecord, StoreError
 
@@ -32,8 +36,10 @@ class Reconciler:
         launch_paused: bool = False,
         *,
         launch_key: bytes,
+        max_running_per_team: int = 2,
     ):
         self.events, self.store, self.launch_key = events, events.store, launch_key
+        self.max_running_per_team = max_running_per_team
         self.launch_paused = launch_paused
         self.launcher, self.report_address, self.interval_s = launcher, report_address, interval_s
         self.ray_reachable = True
@@ -84,13 +90,18 @@ class Reconciler:
                 except RayUnavailable:
                     reachable = False
                     break
-            for job in await self.store.active():
+            jobs = await self.store.active()
+            launched = Counter(job.team for job in jobs if job.state is not JobState.QUEUED)
+            for job in jobs:  # oldest first, so each team's queue is first come, first served
                 try:
                     if job.state is JobState.QUEUED:
-                        if not self.launch_paused:
+                        if not self.launch_paused and launched[job.team] < self.max_running_per_team:
+                            launched[job.team] += 1
                             await self._launch(job)
                     else:
                         await self._sync(job)
+                except LaunchRejected as exc:  # this job's own fault: it fails alone, the others go on
+                    await self._end(job, JobState.FAILED, f"Ray rejected the submission: {exc}")
                 except RayUnavailable as exc:
                     reachable = False
                     log.warning("Ray unreachable; job %s stays %s: %s", job.id, job.state.value, exc)

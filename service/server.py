@@ -14,6 +14,7 @@ import logging
 import signal
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -58,6 +59,8 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
     ):
         self.store, self.events, self.reconciler, self.settings = store, events, reconciler, settings
         self.policy = policy
+        self.streams: Counter[str] = Counter()
+        """Open WatchJob streams by team."""
 
     async def _team(self, context: grpc.aio.ServicerContext) -> str:
         token = auth.bearer(context.invocation_metadata())
@@ -160,9 +163,24 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         return job_to_proto(job)
 
     async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
-        job = await self._job(request.job_id, await self._team(context), context)
-        async for event in self.events.follow(job.id, request.after_seq):
-            yield stored_event_to_proto(event)
+        team = await self._team(context)
+        job = await self._job(request.job_id, team, context)
+        if sum(self.streams.values()) >= self.settings.max_streams:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the service has {self.settings.max_streams} open watch streams, its limit: retry later",
+            )
+        if self.streams[team] >= self.settings.max_streams_per_team:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"team {team!r} has {self.settings.max_streams_per_team} open watch streams, its limit: close one",
+            )
+        self.streams[team] += 1
+        try:
+            async for event in self.events.follow(job.id, request.after_seq):
+                yield stored_event_to_proto(event)
+        finally:  # ended, cancelled by the client, or cut off by shutdown
+            self.streams[team] -= 1
 
 
 class JobReportingServicer(pb_grpc.JobReportingServicer):
@@ -329,7 +347,13 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     launcher = RayJobLauncher(ray_address, settings.job_python)
     launch_key = auth.service_key(settings.data_dir)
     reconciler = Reconciler(
-        events, launcher, report_address, settings.reconcile_interval_s, settings.launch_paused, launch_key=launch_key
+        events,
+        launcher,
+        report_address,
+        settings.reconcile_interval_s,
+        settings.launch_paused,
+        launch_key=launch_key,
+        max_running_per_team=settings.max_running_jobs_per_team,
     )
     pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy), server)
     pb_grpc.add_JobReportingServicer_to_server(JobReportingServicer(store, events, launch_key), server)

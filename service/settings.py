@@ -28,7 +28,14 @@ class ServiceSettings:
     it may use (``service/policy.py`` shows the format). Required with auth on; without it, on loopback
     with auth off, the service is one person's and uses the spec's paths as given."""
     max_active_jobs_per_team: int = 4
-    """Queued + running jobs a team may hold (``RAYFT_MAX_ACTIVE_JOBS``)."""
+    """Queued + running jobs a team may hold (``RAYFT_MAX_ACTIVE_JOBS``); CreateJob beyond is RESOURCE_EXHAUSTED."""
+    max_running_jobs_per_team: int = 2
+    """Jobs of one team launched on Ray at once (``RAYFT_MAX_RUNNING_JOBS``); the rest wait QUEUED, so one
+    team's burst cannot take the whole cluster from the others."""
+    max_streams_per_team: int = 100
+    """Open WatchJob streams per team (``RAYFT_MAX_STREAMS_PER_TEAM``)."""
+    max_streams: int = 1000
+    """Open WatchJob streams in all (``RAYFT_MAX_STREAMS``): 1,500 idle watchers made other calls 15x slower."""
     report_address: str = ""
     """Where running jobs reach this service to report (``RAYFT_REPORT_ADDRESS``); default host:port."""
     job_python: str = sys.executable
@@ -58,6 +65,9 @@ class ServiceSettings:
             "auth": env.get("RAYFT_AUTH", "1") not in ("0", "false", "no"),
             "policy_file": env.get("RAYFT_POLICY") or None,
             "max_active_jobs_per_team": int(env.get("RAYFT_MAX_ACTIVE_JOBS", cls.max_active_jobs_per_team)),
+            "max_running_jobs_per_team": int(env.get("RAYFT_MAX_RUNNING_JOBS", cls.max_running_jobs_per_team)),
+            "max_streams_per_team": int(env.get("RAYFT_MAX_STREAMS_PER_TEAM", cls.max_streams_per_team)),
+            "max_streams": int(env.get("RAYFT_MAX_STREAMS", cls.max_streams)),
             "report_address": env.get("RAYFT_REPORT_ADDRESS", ""),
             "job_python": env.get("RAYFT_JOB_PYTHON", sys.executable),
             "launch_paused": env.get("RAYFT_LAUNCH_PAUSED", "0") not in ("0", "false", "no", ""),

@@ -63,6 +63,17 @@ class EventRecord:
     data: dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class TokenRecord:
+    id: str
+    """The first 12 hex digits of the token's hash: names it in lists and revocations, opens nothing."""
+    team: str
+    created_at: float
+    expires_at: float | None
+    """Unix seconds after which the token no longer authenticates; ``None``: no expiry."""
+    revoked_at: float | None
+
+
 class JobStore(Protocol):
     def create(self, record: JobRecord) -> tuple[JobRecord, bool]:
         """Insert a QUEUED job with its first state event; with an idempotency key already used by the
@@ -103,26 +114,35 @@ class JobStore(Protocol):
 
     def count_active(self, team: str) -> int: ...
 
-    def add_token(self, team: str, token_hash: str) -> None: ...
+    def add_token(self, team: str, token_hash: str, expires_at: float | None = None) -> TokenRecord: ...
 
-    def team_for_token(self, token_hash: str) -> str | None: ...
+    def team_for_token(self, token_hash: str) -> str | None:
+        """The team of a live token; ``None`` for an unknown, expired or revoked one."""
+
+    def tokens(self, team: str | None = None) -> list[TokenRecord]:
+        """Tokens, oldest first; one team's, or every team's."""
+
+    def revoke_token(self, token_id: str) -> TokenRecord | None:
+        """Revoke the token so named (its record, now revoked); ``None`` when no token has that id."""
 
     def close(self) -> None: ...
 
 
-WRITES = frozenset({"create", "transition", "append_event", "append_report", "update", "bind_report_token", "add_token"})
+WRITES = frozenset(
+    {"create", "transition", "append_event", "append_report", "update", "bind_report_token", "add_token", "revoke_token"}
+)
 """The store's calls that write: only their success shows a fault has cleared."""
 
 
 class AsyncJobStore:
     """A ``JobStore`` for the event loop: ``await store.get(job_id)`` runs the call in a worker thread, so
-    the loop never waits on SQLite. With another process holding the database lock, calls that need the
-    store wait (up to the store's lock timeout, then ``StoreError("busy")``), while health checks and
-    streams that don't go on. ``watch`` hears every fault (the ``StoreError``) and every write that
-succeeds (``None``).
+        the loop never waits on SQLite. With another process holding the database lock, calls that need the
+        store wait (up to the store's lock timeout, then ``StoreError("busy")``), while health checks and
+        streams that don't go on. ``watch`` hears every fault (the ``StoreError``) and every write that
+    succeeds (``None``).
 
-    Written by hand because the store is synchronous (SQLite's module is) and the service async: this is
-    the one place the two meet."""
+        Written by hand because the store is synchronous (SQLite's module is) and the service async: this is
+        the one place the two meet."""
 
     def __init__(self, store: JobStore, watch: Callable[[StoreError | None], Awaitable[None]] | None = None):
         self.sync, self._watch = store, watch

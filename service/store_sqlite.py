@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rayft_contract.states import JobState, TransitionError
-from service.store import EventRecord, JobRecord, ReportOutOfOrder, StoreError
+from service.store import EventRecord, JobRecord, ReportOutOfOrder, StoreError, TokenRecord
 
 MIGRATIONS = [
     # 1: jobs, events, tokens
@@ -46,8 +46,15 @@ MIGRATIONS = [
     """
     ALTER TABLE jobs ADD COLUMN last_report_seq INTEGER NOT NULL DEFAULT 0;
     """,
+    # 3: tokens expire and can be revoked
+    """
+    ALTER TABLE tokens ADD COLUMN expires_at REAL;
+    ALTER TABLE tokens ADD COLUMN revoked_at REAL;
+    """,
 ]
 _UPDATABLE = {"ray_submission_id", "summary", "report_token_hash"}
+TOKEN_ID_LEN = 12
+"""Hex digits of a token's hash that name it (48 bits: unique among any operator's tokens)."""
 LOCK_TIMEOUT_S = 5.0
 """How long a call waits for the database lock before it answers "busy". Short, so that an outside
 writer (a backup, ``rayft token create``) delays calls by seconds, not half a minute."""
@@ -264,14 +271,41 @@ class SqliteJobStore:
 
     # -- tokens ------------------------------------------------------------------------------
 
-    def add_token(self, team: str, token_hash: str) -> None:
+    def add_token(self, team: str, token_hash: str, expires_at: float | None = None) -> TokenRecord:
+        now = time.time()
         with self._tx() as db:
-            db.execute("INSERT INTO tokens (token_hash, team, created_at) VALUES (?,?,?)", (token_hash, team, time.time()))
+            db.execute(
+                "INSERT INTO tokens (token_hash, team, created_at, expires_at) VALUES (?,?,?,?)",
+                (token_hash, team, now, expires_at),
+            )
+        return TokenRecord(token_hash[:TOKEN_ID_LEN], team, now, expires_at, None)
 
     def team_for_token(self, token_hash: str) -> str | None:
         with self._read():
-            row = self._db.execute("SELECT team FROM tokens WHERE token_hash = ?", (token_hash,)).fetchone()
+            row = self._db.execute(
+                "SELECT team FROM tokens WHERE token_hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+                (token_hash, time.time()),
+            ).fetchone()
         return row["team"] if row else None
+
+    def tokens(self, team: str | None = None) -> list[TokenRecord]:
+        sql, args = "SELECT * FROM tokens", []
+        if team is not None:
+            sql, args = sql + " WHERE team = ?", [team]
+        with self._read():
+            rows = self._db.execute(sql + " ORDER BY created_at", args).fetchall()
+        return [_token(r) for r in rows]
+
+    def revoke_token(self, token_id: str) -> TokenRecord | None:
+        if len(token_id) != TOKEN_ID_LEN:  # a shorter prefix could name several tokens
+            return None
+        with self._tx() as db:
+            db.execute(
+                "UPDATE tokens SET revoked_at = ? WHERE substr(token_hash, 1, ?) = ? AND revoked_at IS NULL",
+                (time.time(), TOKEN_ID_LEN, token_id),
+            )
+            row = db.execute("SELECT * FROM tokens WHERE substr(token_hash, 1, ?) = ?", (TOKEN_ID_LEN, token_id)).fetchone()
+        return _token(row) if row else None
 
     def close(self) -> None:
         with self._read():
@@ -317,6 +351,10 @@ class _Transaction:
                     self.db.execute("ROLLBACK")
             finally:
                 self.lock.release()
+
+
+def _token(row: sqlite3.Row) -> TokenRecord:
+    return TokenRecord(row["token_hash"][:TOKEN_ID_LEN], row["team"], row["created_at"], row["expires_at"], row["revoked_at"])
 
 
 def _job(row: sqlite3.Row) -> JobRecord:

@@ -396,6 +396,70 @@ def test_a_damaged_store_stops_the_service_at_start_with_one_line(tmp_path, poli
     assert "jobs.db" in line and "cannot be opened" in line and "Traceback" not in done.stderr
 
 
+def test_a_team_runs_at_most_its_quota_at_once_and_its_next_job_waits_its_turn(ray_cluster, tmp_path, tokens, tiny_spec, policy):
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_MAX_RUNNING_JOBS="1").start()
+    a, b = Client(srv.address, tokens["team-a"]), Client(srv.address, tokens["team-b"])
+    try:
+        first, second = (a.submit(tiny_job(tiny_spec, f"svc-turn-{i}", steps=5000)) for i in (1, 2))
+        other = b.submit(tiny_job(tiny_spec, "svc-other-team", steps=5000))
+        wait_for(lambda: b.get(other.id).state != pb.QUEUED)
+        # The pass that launched team-b's job went past team-a's older second job first, and left it.
+        assert a.get(second.id).state == pb.QUEUED and a.get(first.id).state != pb.QUEUED
+        a.cancel(first.id)
+        wait_for(lambda: a.get(second.id).state != pb.QUEUED)  # its turn
+        a.cancel(second.id)
+        b.cancel(other.id)
+        wait_for(lambda: not running_ray_jobs(ray_cluster.jobs_api), timeout=120)
+    finally:
+        srv.stop()
+
+
+def test_watch_streams_are_capped_per_team_and_in_all(tmp_path, tokens, tiny_spec, policy):
+    srv = Server(
+        tmp_path / "service",
+        "http://127.0.0.1:9",
+        policy,
+        RAYFT_LAUNCH_PAUSED="1",
+        RAYFT_MAX_STREAMS_PER_TEAM="3",
+        RAYFT_MAX_STREAMS="5",
+    ).start()
+    a, b = Client(srv.address, tokens["team-a"]), Client(srv.address, tokens["team-b"])
+    try:
+        job_a, job_b = a.submit(tiny_job(tiny_spec, "svc-watched-a")), b.submit(tiny_job(tiny_spec, "svc-watched-b"))
+
+        def open_stream(client, job):
+            stream = client._stub.WatchJob(pb.WatchJobRequest(job_id=job.id), metadata=client._metadata)
+            assert next(stream).seq == 1  # open: the queued job's first event has arrived
+            return stream
+
+        streams_a = [open_stream(a, job_a) for _ in range(3)]
+        with pytest.raises(grpc.RpcError) as info:
+            open_stream(a, job_a)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "team 'team-a'" in info.value.details()
+        streams_b = [open_stream(b, job_b) for _ in range(2)]  # another team is not held back by team-a's limit
+        with pytest.raises(grpc.RpcError) as info:
+            open_stream(b, job_b)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "5 open watch streams" in info.value.details()
+        streams_a.pop().cancel()  # a closed stream frees its place
+        wait_for(lambda: _opens(a, job_a), timeout=30)
+        for stream in streams_a + streams_b:
+            stream.cancel()
+    finally:
+        srv.stop()
+
+
+def _opens(client, job) -> bool:
+    stream = client._stub.WatchJob(pb.WatchJobRequest(job_id=job.id), metadata=client._metadata)
+    try:
+        next(stream)
+        return True
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        return False
+    finally:
+        stream.cancel()
+
+
 def test_a_shared_service_will_not_start_without_a_path_policy(tmp_path):
     env = {**os.environ, "RAYFT_DATA_DIR": str(tmp_path), "RAYFT_RAY_ADDRESS": "http://127.0.0.1:9", "RAYFT_PORT": "0"}
     env.pop("RAYFT_POLICY", None)

@@ -51,3 +51,26 @@ def test_a_failing_command_is_one_line_and_verbose_adds_the_traceback(tmp_path):
     assert "--verbose" in quiet.stderr
     loud = rayft("--verbose", "merge", str(adapter), "--out", str(tmp_path / "out"))
     assert loud.returncode == 1 and "Traceback" in loud.stderr
+
+
+def test_tokens_are_created_listed_and_revoked_and_a_bad_team_is_refused(tmp_path):
+    from service.auth import hash_token
+    from service.store_sqlite import SqliteJobStore
+
+    env = {"RAYFT_DATA_DIR": str(tmp_path)}
+    for bad in (["--team", ""], ["--team", "../other"], ["--team", "vision", "--expires-in", "soon"]):
+        done = rayft("token", "create", *bad, env=env)
+        assert done.returncode == exits.USAGE and done.stderr.count("\n") == 1, done.stderr
+    made = rayft("token", "create", "--team", "vision", "--expires-in", "30d", env=env)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    token_id = hash_token(token)[:12]
+    assert f"token {token_id}, team vision" in made.stderr
+    listed = rayft("token", "list", env=env).stdout
+    assert token_id in listed and "vision" in listed and "live" in listed and token not in listed
+    assert rayft("token", "revoke", token_id, env=env).stdout.startswith(f"revoked {token_id}")
+    assert "revoked" in rayft("token", "list", "--team", "vision", env=env).stdout
+    assert rayft("token", "revoke", "nope", env=env).returncode == exits.USAGE
+    store = SqliteJobStore(tmp_path / "jobs.db")
+    assert store.team_for_token(hash_token(token)) is None  # a revoked token opens nothing
+    store.close()

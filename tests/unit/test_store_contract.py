@@ -166,6 +166,20 @@ def test_tokens(store):
     assert store.team_for_token("other") is None
 
 
+def test_tokens_expire_and_are_revoked_by_their_id(store):
+    live = store.add_token("team-a", "a" * 64)
+    store.add_token("team-a", "b" * 64, expires_at=time.time() - 1)  # expired a second ago
+    store.add_token("team-b", "c" * 64, expires_at=time.time() + 3600)
+    assert store.team_for_token("a" * 64) == "team-a" and store.team_for_token("c" * 64) == "team-b"
+    assert store.team_for_token("b" * 64) is None
+    assert [t.id for t in store.tokens("team-a")] == ["a" * 12, "b" * 12] and len(store.tokens()) == 3
+    assert "a" * 13 not in repr(store.tokens())  # a listing never shows more of the hash than its id
+    assert store.revoke_token("a" * 6) is None  # a prefix could name several: refused
+    revoked = store.revoke_token(live.id)
+    assert revoked.team == "team-a" and revoked.revoked_at is not None
+    assert store.team_for_token("a" * 64) is None and store.revoke_token("f" * 12) is None
+
+
 def test_data_survives_reopening(tmp_path):
     store = SqliteJobStore(tmp_path / "jobs.db")
     job, _ = store.create(record(key="k"))
