@@ -17,6 +17,7 @@ import time
 
 import grpc
 
+from rayft_contract.channel import TlsConfig, channel
 from rayft_contract.convert import event_to_proto, progress_from_metrics, spec_from_proto
 from rayft_contract.events import Event
 from rayft_contract.spec import FineTuneSpec
@@ -39,7 +40,13 @@ class ClaimRefused(RuntimeError):
     """The service would not hand this job its spec (a wrong ticket, or the job claimed by another)."""
 
 
-def claim(address: str, job_id: str, ticket: str, wait_s: float = 600.0) -> tuple[FineTuneSpec, str]:
+def report_tls(env: dict[str, str]) -> TlsConfig:
+    """How this job reaches the service, as the service said in its runtime environment."""
+    ca = env.get("RAYFT_REPORT_CA")
+    return TlsConfig(enabled=env.get("RAYFT_REPORT_TLS") == "1", ca=ca.encode() if ca else None)
+
+
+def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float = 600.0) -> tuple[FineTuneSpec, str]:
     """Trade the launch ticket for the job's spec and bind a report token made here; return both.
 
     The token is made in this process and only its hash is sent, so it exists nowhere else: not in Ray's
@@ -48,8 +55,8 @@ def claim(address: str, job_id: str, ticket: str, wait_s: float = 600.0) -> tupl
     token = "rftr_" + secrets.token_urlsafe(32)
     request = pb.ClaimJobRequest(job_id=job_id, report_token_sha256=hashlib.sha256(token.encode()).hexdigest())
     start, delay = time.monotonic(), 0.5
-    with grpc.insecure_channel(address) as channel:
-        stub = pb_grpc.JobReportingStub(channel)
+    with channel(address, tls) as reporting:
+        stub = pb_grpc.JobReportingStub(reporting)
         while True:
             try:
                 response = stub.ClaimJob(request, metadata=[("authorization", f"Bearer {ticket}")], timeout=10)
@@ -68,8 +75,8 @@ def claim(address: str, job_id: str, ticket: str, wait_s: float = 600.0) -> tupl
 class Reporter:
     """Callable event sink for ``ray_jobs.run.run`` that forwards to the service."""
 
-    def __init__(self, address: str, job_id: str, token: str, give_up_after_s: float = 900.0):
-        self.address, self.job_id, self.give_up_after_s = address, job_id, give_up_after_s
+    def __init__(self, address: str, job_id: str, token: str, tls: TlsConfig, give_up_after_s: float = 900.0):
+        self.address, self.job_id, self.tls, self.give_up_after_s = address, job_id, tls, give_up_after_s
         self._metadata = [("authorization", f"Bearer {token}")]
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._send_all, name="rayft-reporter", daemon=True)
@@ -93,8 +100,8 @@ class Reporter:
         self._thread.join(timeout_s)
 
     def _send_all(self) -> None:
-        with grpc.insecure_channel(self.address) as channel:
-            stub = pb_grpc.JobReportingStub(channel)
+        with channel(self.address, self.tls) as reporting:
+            stub = pb_grpc.JobReportingStub(reporting)
             seq = 1  # the service stores only the next number, so a number is used up only once acknowledged
             while (event := self._queue.get()) is not _DONE:
                 if self._send(stub, pb.ReportRequest(job_id=self.job_id, report_seq=seq, event=to_proto(event))):

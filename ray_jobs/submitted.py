@@ -12,19 +12,19 @@ import logging
 import os
 import sys
 
-from ray_jobs.report import ClaimRefused, Reporter, claim
+from ray_jobs.report import ClaimRefused, Reporter, claim, report_tls
 from rayft_contract.events import Event
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    address, job_id = os.environ["RAYFT_REPORT_ADDRESS"], os.environ["RAYFT_JOB_ID"]
+    address, job_id, tls = os.environ["RAYFT_REPORT_ADDRESS"], os.environ["RAYFT_JOB_ID"], report_tls(dict(os.environ))
     try:
-        spec, token = claim(address, job_id, os.environ.pop("RAYFT_LAUNCH_TICKET"))
+        spec, token = claim(address, job_id, os.environ.pop("RAYFT_LAUNCH_TICKET"), tls)
     except ClaimRefused as exc:  # nowhere to report to: Ray's record of the job carries the reason
         logging.error("%s", exc)
         return 1
-    reporter = Reporter(address, job_id, token)
+    reporter = Reporter(address, job_id, token, tls)
     try:
         from ray_jobs.run import run
 

@@ -30,6 +30,9 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p.add_argument("--ray-address", help="Ray Jobs API, e.g. http://head:8265 (default: start a local cluster)")
     p.add_argument("--no-auth", action="store_true", help="no API tokens (loopback only)")
     p.add_argument("--policy", help="path policy YAML: each team's output root and allowed data/model locations (RAYFT_POLICY)")
+    p.add_argument("--tls-cert", help="PEM certificate chain the service presents (RAYFT_TLS_CERT); TLS on every port")
+    p.add_argument("--tls-key", help="its PEM private key (RAYFT_TLS_KEY)")
+    p.add_argument("--tls-client-ca", help="PEM CA of team client certificates: mutual TLS (RAYFT_TLS_CLIENT_CA)")
     p.set_defaults(command=cmd_serve)
 
     p = sub.add_parser("token", help="team API tokens: create, list, revoke (run where the service's data dir is)")
@@ -82,6 +85,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             ray_address=args.ray_address,
             auth=False if args.no_auth else None,
             policy_file=args.policy,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
         )
     except ValueError as exc:
         raise SpecError("serve", str(exc)) from None

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 
+from rayft_contract.channel import TlsConfig, channel
 from rayft_contract.convert import spec_to_proto
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.v1 import finetune_pb2 as pb
@@ -44,11 +45,13 @@ RETRY_CONFIG = json.dumps(
 
 
 class Client:
-    def __init__(self, address: str | None = None, token: str | None = None):
+    def __init__(self, address: str | None = None, token: str | None = None, tls: TlsConfig | None = None):
+        """``tls``: default ``TlsConfig.from_env()`` (``RAYFT_TLS_CA``, ...); plaintext reaches loopback only."""
         self.address = address or os.environ.get("RAYFT_ADDRESS", DEFAULT_ADDRESS)
         token = token or os.environ.get("RAYFT_TOKEN")
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
-        self._channel = grpc.insecure_channel(self.address, options=[("grpc.service_config", RETRY_CONFIG)])
+        tls = tls if tls is not None else TlsConfig.from_env()
+        self._channel = channel(self.address, tls, options=[("grpc.service_config", RETRY_CONFIG)])
         self._stub = pb_grpc.FineTuningStub(self._channel)
 
     def submit(self, spec: FineTuneSpec, idempotency_key: str = "") -> pb.Job:

@@ -50,8 +50,10 @@ class Launcher(Protocol):
 
 
 class RayJobLauncher:
-    def __init__(self, address: str, python: str):
-        self.address, self.python = address, python
+    def __init__(self, address: str, python: str, report_env: dict[str, str] | None = None):
+        """``report_env``: how every job reaches the service (``RAYFT_REPORT_TLS``, and the public CA
+        certificate it verifies the service with, ``RAYFT_REPORT_CA``)."""
+        self.address, self.python, self.report_env = address, python, dict(report_env or {})
         self._client = None
 
     def _jobs(self):  # noqa: ANN202 - ray.job_submission.JobSubmissionClient, imported lazily
@@ -65,7 +67,12 @@ class RayJobLauncher:
         return self._client
 
     def submit(self, job: JobRecord, report_address: str, launch_ticket: str) -> str:
-        env = {"RAYFT_JOB_ID": job.id, "RAYFT_REPORT_ADDRESS": report_address, "RAYFT_LAUNCH_TICKET": launch_ticket}
+        env = {
+            **self.report_env,
+            "RAYFT_JOB_ID": job.id,
+            "RAYFT_REPORT_ADDRESS": report_address,
+            "RAYFT_LAUNCH_TICKET": launch_ticket,
+        }
         try:
             return self._jobs().submit_job(
                 entrypoint=f"{self.python} -m ray_jobs.submitted",

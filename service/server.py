@@ -307,23 +307,39 @@ class Service:
 
     def __init__(
         self,
-        server: grpc.aio.Server,
+        servers: list[grpc.aio.Server],
         port: int,
+        report_port: int,
         health_servicer: Any,
         reconciler: Reconciler,
         task: asyncio.Task,
     ):
-        self.server, self.port, self.health = server, port, health_servicer
+        self.servers, self.port, self.report_port, self.health = servers, port, report_port, health_servicer
         self.reconciler, self.task = reconciler, task
 
     async def stop(self, grace: float) -> None:
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)  # no new calls; in-flight ones get `grace` seconds
+        for server in self.servers:
+            await server.stop(grace)  # no new calls; in-flight ones get `grace` seconds
         try:
             await asyncio.wait_for(self.reconciler.shutdown(), timeout=grace)
         except TimeoutError:
             log.warning("reconciler did not finish within %.0f s; the next start picks up from the store", grace)
         await asyncio.wait_for(self.task, timeout=grace)
+
+
+def server_credentials(settings: ServiceSettings, client_certs: bool) -> grpc.ServerCredentials | None:
+    """TLS with the service's certificate; ``client_certs``: also require one signed by ``tls_client_ca``."""
+    if not settings.tls:
+        return None
+    key_and_chain = [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())]  # type: ignore[union-attr]
+    if client_certs and settings.tls_client_ca is not None:
+        return grpc.ssl_server_credentials(key_and_chain, settings.tls_client_ca.read_bytes(), require_client_auth=True)
+    return grpc.ssl_server_credentials(key_and_chain)
+
+
+def _bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    return server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
 
 
 async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPolicy) -> Service:
@@ -337,14 +353,33 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     health_servicer = health.aio.HealthServicer()
     names = [pb.DESCRIPTOR.services_by_name[n].full_name for n in ("FineTuning", "JobReporting")]
     store_health = StoreHealth(health_servicer, names)
-    server = grpc.aio.server(
-        options=[*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)], interceptors=[StoreFaults()]
-    )
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
-    report_address = settings.report_address or f"{'127.0.0.1' if settings.host in ('0.0.0.0', '::') else settings.host}:{port}"
+    options = [*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    server = grpc.aio.server(options=options, interceptors=[StoreFaults()])
+    port = _bind(server, f"{settings.host}:{settings.port}", server_credentials(settings, client_certs=True))
+    endpoints, report_port = [server], port  # where JobReporting and health are served
+    if settings.tls_client_ca is not None:
+        # Mutual TLS admits team clients by certificate; running jobs hold no certificate (a key in Ray's
+        # runtime environment would be readable by anyone who reaches the dashboard), so they report on
+        # a port of their own: TLS, and the job's token. gRPC asks for client certificates per port.
+        report_server = grpc.aio.server(options=options, interceptors=[StoreFaults()])
+        report_port = _bind(report_server, f"{settings.host}:{settings.report_port}", server_credentials(settings, False))
+        endpoints.append(report_server)
+    servers = list(endpoints)
+    if settings.health_port is not None:
+        probe_server = grpc.aio.server(options=KEEPALIVE)
+        probe_server.add_insecure_port(f"{settings.host}:{settings.health_port}")
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probe_server)
+        servers.append(probe_server)
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    report_address = settings.report_address or f"{host}:{report_port}"
     store = AsyncJobStore(sync_store, watch=store_health.watch)
     events = JobEvents(store)
-    launcher = RayJobLauncher(ray_address, settings.job_python)
+    report_env = {}
+    if settings.tls:
+        report_env["RAYFT_REPORT_TLS"] = "1"
+        if settings.report_tls_ca is not None:
+            report_env["RAYFT_REPORT_CA"] = settings.report_tls_ca.read_text()
+    launcher = RayJobLauncher(ray_address, settings.job_python, report_env)
     launch_key = auth.service_key(settings.data_dir)
     reconciler = Reconciler(
         events,
@@ -355,25 +390,30 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         launch_key=launch_key,
         max_running_per_team=settings.max_running_jobs_per_team,
     )
+    reporting = JobReportingServicer(store, events, launch_key)
     pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy), server)
-    pb_grpc.add_JobReportingServicer_to_server(JobReportingServicer(store, events, launch_key), server)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for each in endpoints:
+        pb_grpc.add_JobReportingServicer_to_server(reporting, each)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, each)
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    await server.start()
+    for each in servers:
+        await each.start()
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     task = asyncio.create_task(reconciler.run_forever(), name="reconciler")
     log.info(
-        "rayft service on %s:%d (Ray %s, auth %s, %s)",
+        "rayft service on %s:%d (%s; jobs report to %s; Ray %s, auth %s, %s)",
         settings.host,
         port,
+        "mutual TLS" if settings.tls_client_ca else "TLS" if settings.tls else "plaintext, loopback only",
+        report_address,
         ray_address,
         "on" if settings.auth else "off",
         f"path policy {settings.policy_file}"
         if policy.enforce
         else "no path policy: one person's service, spec paths used as given",
     )
-    return Service(server, port, health_servicer, reconciler, task)
+    return Service(servers, port, report_port, health_servicer, reconciler, task)
 
 
 async def serve(settings: ServiceSettings, store: JobStore, policy: PathPolicy, ready: asyncio.Event | None = None) -> None:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
-import socket
 import sys
 from pathlib import Path
+
+from rayft_contract.channel import is_loopback
 
 
 @dataclasses.dataclass(frozen=True)
 class ServiceSettings:
     host: str = "127.0.0.1"
-    """Listen address (``RAYFT_HOST``). Anything but loopback requires auth."""
+    """Listen address (``RAYFT_HOST``). Anything but loopback requires auth and TLS."""
     port: int = 50051
     """Listen port (``RAYFT_PORT``); 0 picks a free one."""
     data_dir: Path = Path(".rayft/service")
@@ -36,8 +36,24 @@ class ServiceSettings:
     """Open WatchJob streams per team (``RAYFT_MAX_STREAMS_PER_TEAM``)."""
     max_streams: int = 1000
     """Open WatchJob streams in all (``RAYFT_MAX_STREAMS``): 1,500 idle watchers made other calls 15x slower."""
+    tls_cert: Path | None = None
+    """PEM certificate chain the service presents (``RAYFT_TLS_CERT``), with ``tls_key``: TLS on every port."""
+    tls_key: Path | None = None
+    """PEM private key of ``tls_cert`` (``RAYFT_TLS_KEY``)."""
+    tls_client_ca: Path | None = None
+    """PEM roots that sign team clients' certificates (``RAYFT_TLS_CLIENT_CA``): mutual TLS on the team API.
+    Running jobs then report on ``report_port``, where a job's token, not a certificate, admits it."""
+    report_port: int = 0
+    """With mutual TLS, the port of the job-reporting endpoint (``RAYFT_REPORT_PORT``; 0 picks a free one)."""
+    report_tls_ca: Path | None = None
+    """PEM roots jobs verify this service's certificate with (``RAYFT_REPORT_TLS_CA``); it travels to the job
+    (a CA certificate is public). Unset with TLS on: the system's roots on the Ray nodes."""
+    health_port: int | None = None
+    """A plaintext port serving only ``grpc.health.v1`` (``RAYFT_HEALTH_PORT``), for probes that cannot speak
+    TLS (Kubernetes' gRPC probes cannot). It carries no tokens and no data, so it may listen off loopback."""
     report_address: str = ""
-    """Where running jobs reach this service to report (``RAYFT_REPORT_ADDRESS``); default host:port."""
+    """Where running jobs reach this service to report (``RAYFT_REPORT_ADDRESS``); default host:port (or
+    host:report_port with mutual TLS)."""
     job_python: str = sys.executable
     """Python the Ray job's entrypoint runs with (``RAYFT_JOB_PYTHON``; ``python`` in containers)."""
     launch_paused: bool = False
@@ -53,6 +69,19 @@ class ServiceSettings:
             raise ValueError(
                 f"auth can be off only on a loopback address, not {self.host!r}: create tokens with `rayft token create`"
             )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key: give both (RAYFT_TLS_CERT, RAYFT_TLS_KEY) or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_client_ca: mutual TLS needs the service's own certificate too (RAYFT_TLS_CERT, RAYFT_TLS_KEY)")
+        if self.tls_cert is None and not is_loopback(self.host):
+            raise ValueError(
+                f"plaintext only on loopback, not {self.host!r}: give the service a certificate "
+                "(--tls-cert/--tls-key or RAYFT_TLS_CERT/RAYFT_TLS_KEY), so tokens never cross the network in clear"
+            )
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
     @classmethod
     def from_env(cls, **overrides: object) -> ServiceSettings:
@@ -69,24 +98,18 @@ class ServiceSettings:
             "max_streams_per_team": int(env.get("RAYFT_MAX_STREAMS_PER_TEAM", cls.max_streams_per_team)),
             "max_streams": int(env.get("RAYFT_MAX_STREAMS", cls.max_streams)),
             "report_address": env.get("RAYFT_REPORT_ADDRESS", ""),
+            "tls_cert": env.get("RAYFT_TLS_CERT") or None,
+            "tls_key": env.get("RAYFT_TLS_KEY") or None,
+            "tls_client_ca": env.get("RAYFT_TLS_CLIENT_CA") or None,
+            "report_port": int(env.get("RAYFT_REPORT_PORT", cls.report_port)),
+            "health_port": int(env["RAYFT_HEALTH_PORT"]) if env.get("RAYFT_HEALTH_PORT") else None,
+            "report_tls_ca": env.get("RAYFT_REPORT_TLS_CA") or None,
             "job_python": env.get("RAYFT_JOB_PYTHON", sys.executable),
             "launch_paused": env.get("RAYFT_LAUNCH_PAUSED", "0") not in ("0", "false", "no", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["data_dir"] = Path(values["data_dir"])  # type: ignore[arg-type]
-        if values["policy_file"] is not None:
-            values["policy_file"] = Path(values["policy_file"])  # type: ignore[arg-type]
+        for name in ("policy_file", "tls_cert", "tls_key", "tls_client_ca", "report_tls_ca"):
+            if values[name] is not None:
+                values[name] = Path(values[name])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:
-        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
-    except (OSError, ValueError):
-        return False

@@ -95,7 +95,10 @@ def test_service_deployment_wiring():
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
-    assert int(env["RAYFT_PORT"]) == port == container["readinessProbe"]["grpc"]["port"]
+    assert int(env["RAYFT_PORT"]) == port
+    health_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "health")
+    assert int(env["RAYFT_HEALTH_PORT"]) == health_port == container["readinessProbe"]["grpc"]["port"]
+    assert container["livenessProbe"]["grpc"]["port"] == health_port
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert env["RAYFT_REPORT_ADDRESS"] == f"{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
     cluster = next(d for _, d in documents() if d["kind"] == "RayCluster")
@@ -116,6 +119,11 @@ def test_the_service_reads_a_path_policy_that_loads_and_keeps_jobs_off_its_data_
     config = docs["ConfigMap"]
     assert volume["configMap"]["name"] == config["metadata"]["name"]
     assert env["RAYFT_POLICY"] == f"{mounts['policy']}/policy.yaml"
+    # Off loopback the service needs TLS: its certificate and key come from a mounted Secret.
+    tls = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert "secret" in tls and env["RAYFT_HOST"] == "0.0.0.0"
+    for name in ("RAYFT_TLS_CERT", "RAYFT_TLS_KEY", "RAYFT_REPORT_TLS_CA"):
+        assert env[name].startswith(mounts["tls"] + "/")
     policy = PathPolicy.from_dict(yaml.safe_load(config["data"]["policy.yaml"]), protected=(env["RAYFT_DATA_DIR"],))
     spec = FineTuneSpec.from_dict(
         {"name": "j", "model": {"path": "s3://rayft-models/llama"}, "data": {"path": "s3://rayft-datasets/vision/x.jsonl"}}

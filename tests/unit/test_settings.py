@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from service.auth import bearer, hash_token, new_token
@@ -50,3 +52,21 @@ def test_the_store_and_the_launch_key_are_readable_by_the_services_user_alone(tm
     assert launch_ticket(key, "ft-2") != launch_ticket(key, "ft-1") != launch_ticket(b"another key", "ft-1")
     assert ticket_matches(key, "ft-1", launch_ticket(key, "ft-1")) and not ticket_matches(key, "ft-2", launch_ticket(key, "ft-1"))
     assert not ticket_matches(key, "ft-1", None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"host": "0.0.0.0"}, "plaintext only on loopback"),
+        ({"tls_cert": Path("c.pem")}, "give both"),
+        ({"tls_client_ca": Path("ca.pem")}, "mutual TLS needs the service's own certificate"),
+    ],
+)
+def test_tls_settings_that_would_leak_or_cannot_work_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ServiceSettings(**kwargs)
+
+
+def test_a_non_loopback_service_with_a_certificate_is_fine():
+    settings = ServiceSettings(host="0.0.0.0", tls_cert=Path("c.pem"), tls_key=Path("k.pem"))
+    assert settings.tls and settings.auth
