@@ -1,19 +1,24 @@
 """The running job's one way back to the rayft service: its events, over gRPC, in order.
 
-The only module in ``ray_jobs`` that imports grpc. Events queue in memory and a background thread
-sends them one by one (``JobReporting.Report``), numbered so that a report retried after a lost reply
-is stored once. While the service is unreachable (restarting, say) it retries with backoff, so training
-never waits on the service.
+The only module in ``ray_jobs`` that imports grpc. Events are spooled to the driver's disk and a
+background thread sends them one by one (``JobReporting.Report``), numbered so that a report retried
+after a lost reply is stored once. While the service is away (restarting, its disk full) it retries with
+backoff, so training never waits on the service, and the job ends only once its last event is taken.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
-import queue
+import os
 import secrets
+import shutil
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 
@@ -25,8 +30,14 @@ from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
-_DONE = object()
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,  # restarting, unreachable, its store busy
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,  # its disk full
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.UNKNOWN,  # what services before the store's fault mapping answered for a full disk
+}
+"""Failures that say nothing about the report itself: sent again until the service takes it."""
 
 
 def to_proto(event: Event) -> pb.JobEvent:
@@ -72,56 +83,116 @@ def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float 
                 delay = min(delay * 2, 10.0)
 
 
-class Reporter:
-    """Callable event sink for ``ray_jobs.run.run`` that forwards to the service."""
+class Spool:
+    """The job's unsent events, in order, in a file on the driver's disk: the training side appends, the
+    sender reads at its own pace. However long the service is away, memory stays flat and nothing is
+    dropped; the file goes once everything in it is acknowledged. Hand-written: the standard library's
+    queues hold everything in memory, and a queue library with a disk backend would be a dependency for
+    forty lines."""
 
-    def __init__(self, address: str, job_id: str, token: str, tls: TlsConfig, give_up_after_s: float = 900.0):
-        self.address, self.job_id, self.tls, self.give_up_after_s = address, job_id, tls, give_up_after_s
+    def __init__(self, job_id: str):
+        self.dir = Path(tempfile.mkdtemp(prefix=f"rayft-spool-{job_id}-"))  # 0700: the job's events are the team's
+        self.path = self.dir / "events.b64"
+        self._append = self.path.open("ab")
+        self._written = 0
+        self._closed = False
+        self._changed = threading.Condition()
+
+    def put(self, message: bytes) -> None:
+        with self._changed:
+            self._append.write(base64.b64encode(message) + b"\n")
+            self._append.flush()
+            self._written += 1
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        """No more events will come; the reader ends after the last one."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def __iter__(self) -> Iterator[bytes]:
+        read = 0
+        with self.path.open("rb") as source:
+            while True:
+                with self._changed:
+                    self._changed.wait_for(lambda read=read: self._written > read or self._closed)
+                    if self._written == read:
+                        return
+                line = source.readline()
+                read += 1
+                yield base64.b64decode(line)
+
+    def remove(self) -> None:
+        self._append.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Reporter:
+    """Callable event sink for ``ray_jobs.run.run`` that forwards to the service.
+
+    Events go to a ``Spool`` on the driver's disk; a background thread sends them one by one, retrying
+    every transient failure (the service restarting, its disk full, a timeout) with backoff for up to
+    ``patience_s`` of continuous failure (``RAYFT_REPORT_PATIENCE_S``, a day by default). ``close()`` waits
+    for the last event: a summary queued while the service is down is sent when it is back."""
+
+    def __init__(self, address: str, job_id: str, token: str, tls: TlsConfig, patience_s: float | None = None):
+        self.address, self.job_id, self.tls = address, job_id, tls
+        self.patience_s = patience_s if patience_s is not None else float(os.environ.get("RAYFT_REPORT_PATIENCE_S", 86400))
         self._metadata = [("authorization", f"Bearer {token}")]
-        self._queue: queue.Queue = queue.Queue()
+        self._spool = Spool(job_id)
+        self.sent = 0
+        """Events the service has acknowledged."""
         self._thread = threading.Thread(target=self._send_all, name="rayft-reporter", daemon=True)
         self._thread.start()
 
     def __call__(self, event: Event) -> None:
-        self._queue.put(event)
+        self._spool.put(to_proto(event).SerializeToString())
 
     def _on_job_ended(self) -> None:
         """The service has ended this job (cancelled): stop the whole driver, and with it its Ray actors.
         Ray's own stop normally gets here first; this covers a stop that missed the driver."""
-        import os
-
         log.error("the rayft service reports job %s as ended; exiting", self.job_id)
         logging.shutdown()
         os._exit(143)
 
-    def close(self, timeout_s: float = 120.0) -> None:
-        """Send what is queued (up to ``timeout_s``), then stop."""
-        self._queue.put(_DONE)
-        self._thread.join(timeout_s)
+    def close(self) -> None:
+        """Send everything still spooled (however long the service takes to come back, up to the patience),
+        then stop."""
+        self._spool.close()
+        self._thread.join()
+        self._spool.remove()
 
     def _send_all(self) -> None:
         with channel(self.address, self.tls) as reporting:
             stub = pb_grpc.JobReportingStub(reporting)
             seq = 1  # the service stores only the next number, so a number is used up only once acknowledged
-            while (event := self._queue.get()) is not _DONE:
-                if self._send(stub, pb.ReportRequest(job_id=self.job_id, report_seq=seq, event=to_proto(event))):
+            for message in self._spool:
+                event = pb.JobEvent.FromString(message)
+                if self._send(stub, pb.ReportRequest(job_id=self.job_id, report_seq=seq, event=event)):
                     seq += 1
+                    self.sent += 1
 
     def _send(self, stub: pb_grpc.JobReportingStub, request: pb.ReportRequest) -> bool:
         """True once the service has the report (stored now, or before: a repeat); False when it was dropped.
         A dropped report's number goes to the next event: after a refusal the service holds nothing under
-        it, and after giving up on an outage it most likely holds nothing either (if it does, the next event
-        reads as a repeat: one event lost, where a gap would have lost all the rest)."""
-        start, delay = time.monotonic(), 0.2
+        it, and after running out of patience it most likely holds nothing either (if it does, the next
+        event reads as a repeat: one event lost, where a gap would have lost all the rest)."""
+        start, delay, outage_logged = time.monotonic(), 0.2, False
         while True:
             try:
                 response = stub.Report(request, metadata=self._metadata, timeout=10)
+                if outage_logged:
+                    log.info("the rayft service is back after %.0f s; reporting again", time.monotonic() - start)
                 if response.job_ended:
                     self._on_job_ended()
                 return True
             except grpc.RpcError as exc:
-                if exc.code() not in RETRYABLE or time.monotonic() - start > self.give_up_after_s:
-                    log.error("dropping report %d: %s", request.report_seq, exc.details())
+                if exc.code() not in RETRYABLE or time.monotonic() - start > self.patience_s:
+                    log.error("dropping report %d: %s: %s", request.report_seq, exc.code().name, exc.details())
                     return False
+                if not outage_logged and time.monotonic() - start > 30:
+                    log.warning("the rayft service is not taking reports (%s); keeping them until it does", exc.code().name)
+                    outage_logged = True
                 time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 10.0)

@@ -652,6 +652,36 @@ def test_service_killed_mid_job_restarts_and_loses_nothing(ray_cluster, tmp_path
         srv.stop()
 
 
+OUTAGE_S = 150
+"""Longer than the 120 s the reporter's close() used to wait before dropping what it still held."""
+
+
+def test_a_service_down_while_the_job_ends_loses_no_event(ray_cluster, tmp_path, tokens, tiny_spec, policy):
+    """Issue 10: the service is down from mid-training until well after the job has finished training
+    (its last progress, the summary, the final phase all queued meanwhile). The driver keeps them on its
+    disk and waits; when the service is back, every event arrives, once, in order."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy).start()
+    job = Client(srv.address, tokens["team-a"]).submit(tiny_job(tiny_spec, "svc-outage", steps=20))
+    wait_for(lambda: Client(srv.address, tokens["team-a"]).get(job.id).state == pb.RUNNING)
+    srv.kill()
+    down_at = time.monotonic()
+    try:
+        ray_jobs = JobSubmissionClient(ray_cluster.jobs_api)
+        wait_for(lambda: "adapter:" in ray_jobs.get_job_logs(job.id), timeout=900)  # training is over
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
+        assert ray_jobs.get_job_status(job.id) == JobStatus.RUNNING  # its driver still holds the events, waiting
+        srv.start()
+        events = list(Client(srv.address, tokens["team-a"]).watch(job.id))
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert states(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+        assert [e.progress.step for e in events if e.WhichOneof("payload") == "progress"] == list(range(2, 21, 2))
+        assert kinds(events)[-2] == "summary" and '"steps": 20' in Client(srv.address, tokens["team-a"]).get(job.id).summary_json
+    finally:
+        srv.stop()
+
+
 def proto_values(field):
     from hypothesis import strategies as st
 
