@@ -10,21 +10,28 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rayft_contract.spec import FineTuneSpec
 
 
-def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
+def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file: Path | None = None) -> dict:
     """Start (never attach to) a local cluster; return ``ray.init``'s address info.
+
+    ``auth_token_file``: turn on Ray's token auth (``RAY_AUTH_MODE=token``) with the token in that file,
+    made (0600) if missing. The embedded service's cluster runs jobs for every team: without it, anyone
+    on the machine who reaches its dashboard port could submit Ray jobs that run as the service's user.
+    This process, Ray's daemons, job drivers and their workers all find the token through the same
+    environment (``RAY_AUTH_TOKEN_PATH``), and so does the service's Jobs API client.
 
     - ``address="local"``: a bare ``ray.init()`` would attach to any cluster already on the machine.
     - Ray binds the machine's external address unless both ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and
       ``_node_ip_address="127.0.0.1"`` are set.
     - Its own temp dir, so drivers of Ray jobs attach to this cluster, not to the newest on the machine.
-    - Ray 2.60 turns token auth on by default; this cluster is private to loopback, so it is off
-      (the Jobs API client would otherwise need the token).
+    - Ray 2.60 turns token auth on by default. Without ``auth_token_file`` it is off: a cluster that
+      lives for one ``rayft train`` or one test session, on loopback.
     - The Ray Train controller collects one report per worker per poll (default every 2 s); reports
       still queued when a worker dies are lost, so poll faster.
     - Ray runs its workers at nice 15 (``worker_niceness``), behind everything else on the machine. On a
@@ -37,6 +44,10 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
     import tempfile
 
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    if auth_token_file is not None:
+        _ensure_token(auth_token_file)
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(auth_token_file)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
     os.environ["RAY_TRAIN_V2_ENABLED"] = "1"  # an empty value would silently select Train V1
@@ -58,6 +69,18 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False) -> dict:
             logging_level=logging.WARNING,
         )
     return context.address_info | {"dashboard_url": context.dashboard_url}
+
+
+def _ensure_token(path: Path) -> None:
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))
 
 
 @contextlib.contextmanager

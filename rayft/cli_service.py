@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from rayft_contract.spec import SpecError
@@ -69,7 +71,6 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
     from service.policy import load_for
     from service.server import serve
@@ -92,10 +93,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SpecError("serve", str(exc)) from None
     policy = load_for(settings)  # before Ray starts: a bad policy is a one-line error, exit 2
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    settings.data_dir.chmod(0o700)  # tokens' hashes, every team's specs, the launch key, Ray's token
     store = SqliteJobStore(settings.data_dir / "jobs.db")  # and a damaged or read-only store: one line, exit 1
     embedded = settings.ray_address is None
     if embedded:  # the service itself never imports Ray's runtime: the embedded cluster is started here
-        settings = dataclasses.replace(settings, ray_address=start_embedded_ray())
+        settings = dataclasses.replace(settings, ray_address=start_embedded_ray(settings.data_dir / "ray_auth_token"))
     try:
         asyncio.run(serve(settings, store, policy))
     finally:
@@ -106,13 +109,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def start_embedded_ray() -> str:
-    """A local Ray cluster owned by this process, for the embedded default; returns its Jobs API address."""
+def start_embedded_ray(auth_token_file: Path) -> str:
+    """A local Ray cluster owned by this process, for the embedded default, with Ray's token auth on (the
+    token in ``auth_token_file``, beside jobs.db); returns its Jobs API address."""
     import os
 
     from ray_jobs.local_ray import start_local_cluster
 
-    info = start_local_cluster(num_cpus=(os.cpu_count() or 2) + 2, dashboard=True)
+    info = start_local_cluster(num_cpus=(os.cpu_count() or 2) + 2, dashboard=True, auth_token_file=auth_token_file)
+    log = logging.getLogger("rayft.serve")
+    log.info("embedded Ray cluster at http://%s (token auth on; token in %s)", info["dashboard_url"], auth_token_file)
     return f"http://{info['dashboard_url']}"
 
 

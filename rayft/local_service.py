@@ -23,7 +23,7 @@ READY = "rayft service listening on "
 
 @contextlib.contextmanager
 def local_service(data_dir: Path, timeout_s: float = 120.0) -> Iterator[str]:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log = data_dir / "server.log"
     offset = log.stat().st_size if log.exists() else 0
     env = {**os.environ, "RAYFT_HOST": "127.0.0.1", "RAYFT_PORT": "0", "RAYFT_AUTH": "0", "RAYFT_DATA_DIR": str(data_dir)}

@@ -35,13 +35,9 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Server:
-        env = {
-            **os.environ,
-            **self.env,
-            "RAYFT_DATA_DIR": str(self.data_dir),
-            "RAYFT_RAY_ADDRESS": self.ray_address,
-            "RAYFT_PORT": str(self.port),
-        }
+        env = {**os.environ, **self.env, "RAYFT_DATA_DIR": str(self.data_dir), "RAYFT_PORT": str(self.port)}
+        if self.ray_address:  # none: the service starts its own (embedded) cluster
+            env["RAYFT_RAY_ADDRESS"] = self.ray_address
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.data_dir / "server.log"
         start = self.log.stat().st_size if self.log.exists() else 0
@@ -648,6 +644,43 @@ def test_service_killed_mid_job_restarts_and_loses_nothing(ray_cluster, tmp_path
         steps = [e.progress.step for e in everything if e.WhichOneof("payload") == "progress"]
         assert steps == sorted(set(steps)) and steps[-1] == 40
         assert [e.seq for e in client.watch(job.id)] == [e.seq for e in everything]  # the stored log equals the stream
+    finally:
+        srv.stop()
+
+
+def test_the_embedded_ray_cluster_runs_jobs_with_token_auth_and_refuses_callers_without_it(tmp_path, tokens, tiny_spec, policy):
+    """`rayft serve` without --ray-address starts its own Ray cluster with Ray's token auth on: its Jobs
+    API refuses a caller without the token (anyone else on the machine), while the service's jobs run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    srv = Server(tmp_path / "service", "", policy).start()  # no Ray address: the embedded cluster (auth forced on)
+    try:
+        ray_url = srv.log.read_text().split("embedded Ray cluster at ", 1)[1].split()[0]
+        token_file = tmp_path / "service" / "ray_auth_token"
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        outsider = subprocess.run(
+            [sys.executable, "-c", f"from ray.job_submission import JobSubmissionClient as C; C({ray_url!r}).list_jobs()"],
+            env={**env, "RAY_AUTH_MODE": "disabled"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert outsider.returncode != 0 and ("401" in outsider.stderr or "uthenticat" in outsider.stderr), outsider.stderr[-2000:]
+        client = Client(srv.address, tokens["team-a"])
+        job = client.submit(tiny_job(tiny_spec, "svc-embedded", steps=2))
+        assert states(client.watch(job.id))[-1] == "SUCCEEDED", srv.log.read_text()[-3000:]
+        insider = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
+        listed = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from ray.job_submission import JobSubmissionClient as C; print([j.submission_id for j in C({ray_url!r}).list_jobs()])",
+            ],
+            env=insider,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert job.id in listed.stdout, listed.stderr[-2000:]
     finally:
         srv.stop()
 
