@@ -93,7 +93,7 @@ def test_service_deployment_wiring():
     docs = {d["kind"]: d for _, d in documents() if d.get("metadata", {}).get("name", "").startswith("rayft")}
     deployment, service = docs["Deployment"], docs["Service"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
     assert int(env["RAYFT_PORT"]) == port
     health_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "health")
@@ -113,7 +113,7 @@ def test_the_service_reads_a_path_policy_that_loads_and_keeps_jobs_off_its_data_
     docs = {d["kind"]: d for _, d in documents() if d.get("metadata", {}).get("name", "").startswith("rayft")}
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volume = next(v for v in pod["volumes"] if v["name"] == "policy")
     config = docs["ConfigMap"]
@@ -131,3 +131,22 @@ def test_the_service_reads_a_path_policy_that_loads_and_keeps_jobs_off_its_data_
     assert policy.apply("vision", spec, "ft-1").output.dir == "s3://rayft-outputs/vision/ft-1"
     with pytest.raises(PolicyDenied):
         policy.apply("vision", spec.replace(data=dataclasses.replace(spec.data, path="/data/jobs.db")), "ft-1")
+
+
+def test_ray_token_auth_is_on_everywhere_and_only_the_service_reaches_the_jobs_api():
+    """Issue 10: the Jobs API runs anything it is given; teams must go through rayft, never around it."""
+    cluster = next(d for _, d in documents() if d["kind"] == "RayCluster")
+    service = next(d for _, d in documents() if d["kind"] == "Deployment")
+    pods = [cluster["spec"]["headGroupSpec"]["template"], *(g["template"] for g in cluster["spec"]["workerGroupSpecs"])]
+    containers = [c for pod in pods for c in pod["spec"]["containers"]] + service["spec"]["template"]["spec"]["containers"]
+    for container in containers:
+        env = {e["name"]: e for e in container["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token", container["name"]
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "rayft-ray-auth", "key": "auth_token"}
+    (policy,) = [d for _, d in documents() if d["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"ray.io/cluster": cluster["metadata"]["name"]}
+    rules = policy["spec"]["ingress"]
+    service_labels = service["spec"]["template"]["metadata"]["labels"]
+    (from_service,) = [r for r in rules if r["from"][0]["podSelector"]["matchLabels"].items() <= service_labels.items()]
+    assert from_service["ports"] == [{"protocol": "TCP", "port": 8265}]
+    assert all("namespaceSelector" not in f and "ipBlock" not in f for r in rules for f in r["from"])  # nobody else
