@@ -2,18 +2,27 @@
 
 Only trainable weights are gathered (``ignore_frozen_params``): a 7B QLoRA checkpoint is the
 adapter's megabytes, not the base's gigabytes. The strategy (``ray_jobs.strategy``) gathers them,
-and scatters them again on resume, whatever it spreads the model with. Rank 0 writes the directory and Ray Train copies it into the
-run's storage.
+and scatters them again on resume, whatever it spreads the model with. Rank 0 writes the directory and
+Ray Train copies it into the run's storage.
 
 Layout::
 
     adapter/adapter_config.json, adapter/adapter_model.safetensors   # loads with PeftModel.from_pretrained
-    train_state.pt   # {"model": trainable weights by name, "optimizer", "scheduler", "state": TrainState}
+    train_state.safetensors   # every tensor: trainable weights, optimizer moments
+    train_state.json          # everything else, with the tensors' places; the run's owner and spec hash
+
+Data, never code: tensors in safetensors, the rest in JSON, so reading a checkpoint unpickles nothing.
+The run directory is the team's own, writable storage; a file planted there cannot run in our workers.
+A checkpoint also names who started the run and from which spec (``RunIdentity``); a job resumes only
+its own team's run of the same spec, and refuses anything else by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import getpass
+import hashlib
+import json
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +32,29 @@ if TYPE_CHECKING:
     import torch
 
     from ray_jobs.strategy import Strategy
+    from rayft_contract.spec import FineTuneSpec
+
+FORMAT = 2
+"""1 was a pickled ``train_state.pt``; it is no longer read."""
+
+
+class CheckpointRefused(RuntimeError):
+    """A checkpoint this job will not resume: another owner, another spec, or not a rayft checkpoint."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    """Who started a run and from what: written into every checkpoint, checked before resuming one."""
+
+    owner: str
+    """The team (through the service), or ``local:<user>`` for ``rayft train``."""
+    spec_hash: str
+    """SHA-256 of the spec as the job runs it."""
+
+    @classmethod
+    def of(cls, spec: FineTuneSpec, owner: str = "") -> RunIdentity:
+        digest = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()
+        return cls(owner or f"local:{getpass.getuser()}", digest)
 
 
 @dataclasses.dataclass
@@ -42,21 +74,17 @@ class TrainState:
 
 
 def save(
-    strategy: Strategy, model: torch.nn.Module, optimizer: Any, scheduler: Any, state: TrainState
+    strategy: Strategy, model: torch.nn.Module, optimizer: Any, scheduler: Any, state: TrainState, identity: RunIdentity
 ) -> ray.train.Checkpoint | None:
     """Collective: every rank calls it; rank 0 gets the checkpoint, the others ``None``."""
     import ray.train
-    import torch
 
     weights, optim = strategy.state_dict(model, optimizer)
     if ray.train.get_context().get_world_rank() != 0:
         return None
     directory = Path(tempfile.mkdtemp(prefix="rayft-ckpt-"))
     strategy.unwrap(model).save_pretrained(directory / "adapter", state_dict=weights)
-    torch.save(
-        {"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict(), "state": dataclasses.asdict(state)},
-        directory / "train_state.pt",
-    )
+    write(directory, {"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict()}, state, identity)
     return ray.train.Checkpoint.from_directory(str(directory))
 
 
@@ -69,15 +97,88 @@ def release(checkpoint: ray.train.Checkpoint | None) -> None:
 
 
 def load(
-    checkpoint: ray.train.Checkpoint, strategy: Strategy, model: torch.nn.Module, optimizer: Any, scheduler: Any
+    checkpoint: ray.train.Checkpoint,
+    strategy: Strategy,
+    model: torch.nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    identity: RunIdentity,
 ) -> TrainState:
     """Restore the trainable weights, optimizer and scheduler into place; return the train state."""
-    import torch
-
     with checkpoint.as_directory() as directory:
-        # weights_only: tensors, numbers, strings and containers, never arbitrary pickled objects. The run
-        # directory is the team's own storage, so a file planted there must not run code in our workers.
-        saved = torch.load(Path(directory) / "train_state.pt", map_location="cpu", weights_only=True)
+        saved, state = read(Path(directory), identity)
     strategy.load_state_dict(model, optimizer, saved["model"], saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
-    return TrainState(**saved["state"])
+    return state
+
+
+def write(directory: Path, states: dict[str, Any], state: TrainState, identity: RunIdentity) -> None:
+    """``states`` (nested dicts, lists, tensors, plain values) into ``train_state.safetensors`` + ``.json``."""
+    from safetensors.torch import save_file
+
+    tensors: dict[str, Any] = {}
+    skeleton = _pack(states, tensors)
+    save_file(tensors, str(directory / "train_state.safetensors"))
+    manifest = {"format": FORMAT, **dataclasses.asdict(identity), "state": dataclasses.asdict(state), "states": skeleton}
+    (directory / "train_state.json").write_text(json.dumps(manifest))
+
+
+def read(directory: Path, identity: RunIdentity) -> tuple[dict[str, Any], TrainState]:
+    """What :func:`write` wrote, after checking it is this run's; raises ``CheckpointRefused``."""
+    from safetensors.torch import load_file
+
+    path = directory / "train_state.json"
+    if not path.is_file():
+        raise CheckpointRefused(f"checkpoint {directory}: no train_state.json (not a rayft checkpoint of format {FORMAT})")
+    try:
+        manifest = json.loads(path.read_text())
+        owner, spec_hash, version = manifest["owner"], manifest["spec_hash"], manifest["format"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointRefused(f"checkpoint {directory}: train_state.json is not a rayft manifest ({exc})") from None
+    if version != FORMAT:
+        raise CheckpointRefused(f"checkpoint {directory}: format {version!r}, this rayft reads {FORMAT}")
+    if owner != identity.owner:
+        raise CheckpointRefused(f"checkpoint {directory}: the run was started by {owner!r}, not {identity.owner!r}")
+    if spec_hash != identity.spec_hash:
+        raise CheckpointRefused(
+            f"checkpoint {directory}: the run was started from another spec; resume with the same spec or use a new name"
+        )
+    tensors = load_file(str(directory / "train_state.safetensors"))
+    return _unpack(manifest["states"], tensors), TrainState(**manifest["state"])
+
+
+def _pack(value: Any, tensors: dict[str, Any]) -> Any:
+    """A JSON skeleton of ``value`` whose tensors move into ``tensors`` (named t0, t1, ...). Dicts keep
+    their keys' types (the optimizer's state is keyed by int). Hand-written: safetensors holds flat
+    name->tensor maps only, and a state dict's nesting, int keys and plain values need a place too."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        name = f"t{len(tensors)}"
+        tensors[name] = value.detach().to("cpu").contiguous().clone()  # clone: safetensors refuses shared storage
+        return {"tensor": name}
+    if isinstance(value, dict):
+        if not all(isinstance(k, (str, int)) for k in value):
+            raise TypeError(f"a checkpoint's dict keys are str or int, got {[type(k).__name__ for k in value]}")
+        return {"dict": [[k, _pack(v, tensors)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return {"tuple" if isinstance(value, tuple) else "list": [_pack(v, tensors) for v in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    raise TypeError(f"a checkpoint holds tensors and plain values, not {type(value).__name__}")
+
+
+def _unpack(node: Any, tensors: dict[str, Any]) -> Any:
+    (kind, body), *rest = node.items()
+    if rest:
+        raise CheckpointRefused(f"train_state.json: a node with more than one entry: {sorted(node)}")
+    if kind == "tensor":
+        return tensors[body]
+    if kind == "dict":
+        return {k: _unpack(v, tensors) for k, v in body}
+    if kind in ("list", "tuple"):
+        items = [_unpack(v, tensors) for v in body]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "value":
+        return body
+    raise CheckpointRefused(f"train_state.json: unknown node {kind!r}")

@@ -9,6 +9,7 @@ backoff, so training never waits on the service, and the job ends only once its 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import logging
 import os
@@ -57,8 +58,16 @@ def report_tls(env: dict[str, str]) -> TlsConfig:
     return TlsConfig(enabled=env.get("RAYFT_REPORT_TLS") == "1", ca=ca.encode() if ca else None)
 
 
-def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float = 600.0) -> tuple[FineTuneSpec, str]:
-    """Trade the launch ticket for the job's spec and bind a report token made here; return both.
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    spec: FineTuneSpec
+    token: str
+    """The report token: made here, only its hash ever sent."""
+    team: str
+
+
+def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float = 600.0) -> Claimed:
+    """Trade the launch ticket for the job's spec and team, and bind a report token made here.
 
     The token is made in this process and only its hash is sent, so it exists nowhere else: not in Ray's
     runtime environment, not in its logs, not in the service's store. Retries while the service is
@@ -71,7 +80,7 @@ def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float 
         while True:
             try:
                 response = stub.ClaimJob(request, metadata=[("authorization", f"Bearer {ticket}")], timeout=10)
-                return spec_from_proto(response.spec), token
+                return Claimed(spec_from_proto(response.spec), token, response.team)
             except grpc.RpcError as exc:
                 if exc.code() not in RETRYABLE:
                     raise ClaimRefused(

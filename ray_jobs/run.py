@@ -25,6 +25,7 @@ from typing import Any
 
 from ray_jobs import local_ray, preflight, storage
 from ray_jobs.chaos import NO_CHAOS, Chaos
+from ray_jobs.checkpoint import RunIdentity
 from ray_jobs.diagnosis import diagnose
 from ray_jobs.profile import JobProfile
 from ray_jobs.summary import summarize
@@ -52,8 +53,12 @@ def run(
     on_event: EventSink | None = None,
     overwrite: bool = False,
     chaos: Chaos = NO_CHAOS,
+    owner: str = "",
 ) -> JobResult:
     """Run ``spec`` to completion on Ray (a local cluster unless ``address``); raise on failure.
+
+    ``owner``: who runs it (the team, through the service; default ``local:<user>``). Checkpoints record
+    it with the spec's hash, and a run resumes only its own owner's checkpoints of the same spec.
 
     ``chaos`` injects failures and slowdowns, for the recovery and diagnosis tests (``ray_jobs.chaos``).
     """
@@ -66,7 +71,7 @@ def run(
         _claim_run_dir(run_dir, overwrite)
     # Files are written locally, then uploaded when the run dir is remote (s3://).
     staging = Path(run_dir.path) if run_dir.is_local else Path(tempfile.mkdtemp(prefix="rayft-run-"))
-    job = _Job(spec, run_dir, staging, profile, on_event or (lambda event: None), chaos)
+    job = _Job(spec, run_dir, staging, profile, on_event or (lambda event: None), chaos, RunIdentity.of(spec, owner))
     try:
         return job.run(address)
     finally:
@@ -83,6 +88,7 @@ class _Job:
     profile: JobProfile
     emit: EventSink
     chaos: Chaos
+    identity: RunIdentity
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diagnosed: set[str] = dataclasses.field(default_factory=set)
 
@@ -106,7 +112,7 @@ class _Job:
         with profile.phase("data_prepare"):
             prepared = prepare(spec, self.chaos)
             total_steps = spec.train.max_steps or _count_steps(spec, prepared.datasets)
-        loop = LoopConfig(spec, total_steps, profile.start, has_eval="eval" in prepared.datasets, chaos=self.chaos)
+        loop = LoopConfig(spec, total_steps, profile.start, self.identity, has_eval="eval" in prepared.datasets, chaos=self.chaos)
 
         with profile.phase("trainer_setup"):
             queue = Queue()

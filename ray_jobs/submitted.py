@@ -20,15 +20,15 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     address, job_id, tls = os.environ["RAYFT_REPORT_ADDRESS"], os.environ["RAYFT_JOB_ID"], report_tls(dict(os.environ))
     try:
-        spec, token = claim(address, job_id, os.environ.pop("RAYFT_LAUNCH_TICKET"), tls)
+        claimed = claim(address, job_id, os.environ.pop("RAYFT_LAUNCH_TICKET"), tls)
     except ClaimRefused as exc:  # nowhere to report to: Ray's record of the job carries the reason
         logging.error("%s", exc)
         return 1
-    reporter = Reporter(address, job_id, token, tls)
+    reporter = Reporter(address, job_id, claimed.token, tls)
     try:
         from ray_jobs.run import run
 
-        result = run(spec, address="auto", on_event=reporter)
+        result = run(claimed.spec, address="auto", on_event=reporter, owner=claimed.team)
         logging.info("adapter: %s", result.adapter_dir)
         return 0
     except Exception as exc:

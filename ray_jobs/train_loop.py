@@ -42,6 +42,8 @@ class LoopConfig:
     """Optimizer steps of the whole run (``train.max_steps``, or counted from the epochs)."""
     start_time: float
     """Driver's ``time.time()`` at job start, for time-to-first-step."""
+    identity: checkpoint.RunIdentity
+    """Who started the run and from what spec: written into checkpoints, checked on resume."""
     has_eval: bool = False
     chaos: Chaos = NO_CHAOS
     """Test hooks: injected failures and the slowdowns the diagnosis must name (``ray_jobs.chaos``)."""
@@ -73,7 +75,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
     with _timed(setup, "resume_s"):
         resumed = ray.train.get_checkpoint()
-        state = checkpoint.load(resumed, strategy, model, optimizer, scheduler) if resumed else TrainState()
+        state = checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity) if resumed else TrainState()
     log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
 
     shard = ray.train.get_dataset_shard("train")
@@ -133,7 +135,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:
             with meter.phase("checkpoint"):
-                ckpt = checkpoint.save(strategy, model, optimizer, scheduler, state)
+                ckpt = checkpoint.save(strategy, model, optimizer, scheduler, state, cfg.identity)
                 cfg.chaos.slow_checkpoint()
             metrics["checkpoint"] = True
         if state.step % train.log_every == 0 or last or metrics:

@@ -201,7 +201,7 @@ class JobReportingServicer(pb_grpc.JobReportingServicer):
         if not await self.store.bind_report_token(job.id, token_hash):
             log.warning("job %s was claimed again with another report token: refused", job.id)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"job {job.id} was already claimed by its driver")
-        return pb.ClaimJobResponse(spec=convert.spec_to_proto(job.spec))
+        return pb.ClaimJobResponse(spec=convert.spec_to_proto(job.spec), team=job.team)
 
     async def Report(self, request: pb.ReportRequest, context: grpc.aio.ServicerContext) -> pb.ReportResponse:
         token = auth.bearer(context.invocation_metadata())

@@ -336,10 +336,12 @@ class ClaimJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., report_token_sha256: _Optional[str] = ...) -> None: ...
 
 class ClaimJobResponse(_message.Message):
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "team")
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    TEAM_FIELD_NUMBER: _ClassVar[int]
     spec: FineTuneSpec
-    def __init__(self, spec: _Optional[_Union[FineTuneSpec, _Mapping]] = ...) -> None: ...
+    team: str
+    def __init__(self, spec: _Optional[_Union[FineTuneSpec, _Mapping]] = ..., team: _Optional[str] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
     __slots__ = ("job_id", "report_seq", "event")

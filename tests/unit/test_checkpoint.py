@@ -1,10 +1,14 @@
-"""Resuming never runs code from the run directory (a team's own, writable storage)."""
+"""Checkpoints hold data, never code, and a job resumes only its own run (ray_jobs/checkpoint.py)."""
 
 from __future__ import annotations
 
-import pickle
+import json
 
 import pytest
+
+from rayft_contract.spec import FineTuneSpec
+
+SPEC = FineTuneSpec.from_dict({"name": "job", "model": {"path": "org/model"}, "data": {"path": "/d/train.jsonl"}})
 
 
 class _Payload:
@@ -17,16 +21,81 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_planted_pickle_in_train_state_is_refused_not_run(tmp_path):
-    import ray.train
+def trained():
+    """A model, optimizer and scheduler one step in: real optimizer state (int keys, moments, step)."""
     import torch
 
-    from ray_jobs import checkpoint
-    from ray_jobs.strategy import Single
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    model(torch.randn(5, 4)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    return model, optimizer, scheduler
+
+
+def test_a_checkpoint_round_trips_through_safetensors_and_json(tmp_path):
+    import torch
+
+    from ray_jobs.checkpoint import RunIdentity, TrainState, read, write
+
+    model, optimizer, scheduler = trained()
+    states = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+    identity = RunIdentity.of(SPEC, "vision")
+    write(tmp_path, states, TrainState(step=7, epoch=1, batches_in_epoch=3, tokens=900, samples=40), identity)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train_state.json", "train_state.safetensors"]
+    back, state = read(tmp_path, identity)
+    assert state == TrainState(step=7, epoch=1, batches_in_epoch=3, tokens=900, samples=40)
+    assert back["optimizer"]["param_groups"] == states["optimizer"]["param_groups"]
+    assert set(back["optimizer"]["state"]) == set(states["optimizer"]["state"]) == {0, 1, 2, 3}  # int keys stay ints
+    for key, moments in states["optimizer"]["state"].items():
+        for name, value in moments.items():
+            assert torch.equal(back["optimizer"]["state"][key][name], value)
+    assert all(torch.equal(back["model"][k], v) for k, v in states["model"].items())
+    assert back["scheduler"] == states["scheduler"]
+
+    fresh, fresh_optimizer, fresh_scheduler = trained()  # restoring in place gives the saved values back
+    fresh.load_state_dict(back["model"])
+    fresh_optimizer.load_state_dict(back["optimizer"])
+    fresh_scheduler.load_state_dict(back["scheduler"])
+    assert fresh_scheduler.get_last_lr() == scheduler.get_last_lr()
+
+
+def test_a_planted_pickle_is_never_read_let_alone_run(tmp_path):
+    """Issue 10: a team writes a pickle where a checkpoint goes, in its own storage, and resubmits."""
+    import torch
+
+    from ray_jobs.checkpoint import CheckpointRefused, RunIdentity, read
 
     torch.save({"model": {}, "state": _Payload(tmp_path / "ran")}, tmp_path / "train_state.pt")
-    model = torch.nn.Linear(2, 2)
-    optimizer = torch.optim.AdamW(model.parameters())
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
-        checkpoint.load(ray.train.Checkpoint.from_directory(str(tmp_path)), Single(), model, optimizer, None)
+    with pytest.raises(CheckpointRefused, match="no train_state.json"):
+        read(tmp_path, RunIdentity.of(SPEC, "vision"))
     assert not (tmp_path / "ran").exists(), "the planted code ran"
+
+
+@pytest.mark.parametrize(
+    ("owner", "spec", "message"),
+    [
+        ("nlp", SPEC, "started by 'vision', not 'nlp'"),  # another team's run, by name and place
+        ("vision", SPEC.replace(name="job2"), "another spec"),  # the same team, another spec
+    ],
+)
+def test_a_job_resumes_only_its_own_teams_run_of_the_same_spec(tmp_path, owner, spec, message):
+    from ray_jobs.checkpoint import CheckpointRefused, RunIdentity, TrainState, read, write
+
+    model, optimizer, scheduler = trained()
+    write(tmp_path, {"model": model.state_dict()}, TrainState(step=3), RunIdentity.of(SPEC, "vision"))
+    with pytest.raises(CheckpointRefused, match=message):
+        read(tmp_path, RunIdentity.of(spec, owner))
+
+
+def test_a_tampered_manifest_is_refused_not_interpreted(tmp_path):
+    from ray_jobs.checkpoint import CheckpointRefused, RunIdentity, TrainState, read, write
+
+    identity = RunIdentity.of(SPEC, "vision")
+    write(tmp_path, {"x": [1, 2]}, TrainState(), identity)
+    manifest = json.loads((tmp_path / "train_state.json").read_text())
+    manifest["states"] = {"dict": [["x", {"class": "os.system"}]]}
+    (tmp_path / "train_state.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointRefused, match="unknown node 'class'"):
+        read(tmp_path, identity)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 
 import pytest
 import torch
 
+from ray_jobs import checkpoint
 from ray_jobs.strategy import DDP, FSDP2, Single, Strategy, for_spec
 
 
@@ -26,7 +26,7 @@ def test_only_fsdp_stores_4bit_weights_in_the_compute_dtype():
     assert Single().quant_storage(torch.bfloat16) == DDP().quant_storage(torch.bfloat16) == torch.uint8
 
 
-def test_a_trained_state_survives_state_dict_and_load_with_frozen_weights_left_out():
+def test_a_trained_state_survives_state_dict_and_load_with_frozen_weights_left_out(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
     model[0].weight.requires_grad_(False)  # frozen, like a base under LoRA
@@ -40,12 +40,11 @@ def test_a_trained_state_survives_state_dict_and_load_with_frozen_weights_left_o
     weights, optim = strategy.state_dict(model, optimizer)
     assert "0.weight" not in weights and set(weights) == {"0.bias", "1.weight", "1.bias"}
     trained = {k: v.clone() for k, v in weights.items()}
-    buffer = io.BytesIO()  # through bytes, as a checkpoint goes through disk (and as weights_only loads it)
-    torch.save({"model": weights, "optimizer": optim}, buffer)
+    identity = checkpoint.RunIdentity("team", "hash")  # through disk, as a checkpoint goes
+    checkpoint.write(tmp_path, {"model": weights, "optimizer": optim}, checkpoint.TrainState(), identity)
     with torch.no_grad():
         for p in params:
             p.zero_()
-    buffer.seek(0)
-    saved = torch.load(buffer, weights_only=True)
+    saved, _ = checkpoint.read(tmp_path, identity)
     strategy.load_state_dict(model, optimizer, saved["model"], saved["optimizer"])
     assert all(torch.equal(model.state_dict()[k], v) for k, v in trained.items())
