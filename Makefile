@@ -41,8 +41,9 @@ format: install
 proto: install            ## regenerate rayft_contract/v1 from proto/ (a test fails if it is stale)
 	$(PY) proto/generate.py
 
-bench: install            ## CPU benchmarks here (service; data pipeline, cold vs warm start); GPU ones: bench/*.sh on the device
+bench: install            ## CPU benchmarks here (service; tenant isolation; data pipeline, cold vs warm start); GPU ones: bench/*.sh on the device
 	$(PY) bench/service_bench.py
+	$(PY) bench/tenant_bench.py
 	$(PY) bench/data_bench.py
 
 lock: install             ## re-pin constraints.txt from the current venv

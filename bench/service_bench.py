@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -41,6 +42,7 @@ from service import auth  # noqa: E402
 from service.store_sqlite import SqliteJobStore  # noqa: E402
 
 SPEC = {"model": {"path": "org/model"}, "data": {"path": "/data/train.jsonl"}, "train": {"max_steps": 10}}
+REPORT_SEQ = itertools.count(1)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -48,7 +50,9 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def start_server(data_dir: Path) -> tuple[subprocess.Popen, str]:
+def start_server(data_dir: Path, quotas: bool = False, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``quotas``: the service's default per-team quotas; without, limits so high that this bench measures
+    the process's own capacity. ``extra_env``: more RAYFT_* settings."""
     policy = data_dir / "policy.yaml"  # the bench's specs read /data and the hub id org/model
     policy.write_text(f"default: {{output_root: '{data_dir.parent}/outputs/{{team}}', data: [/data], hub_models: ['org/*']}}\n")
     env = {
@@ -58,8 +62,10 @@ def start_server(data_dir: Path) -> tuple[subprocess.Popen, str]:
         "RAYFT_PORT": "0",
         "RAYFT_LAUNCH_PAUSED": "1",
         "RAYFT_RAY_ADDRESS": "http://127.0.0.1:9",
-        "RAYFT_MAX_ACTIVE_JOBS": "1000000",
     }
+    if not quotas:
+        env.update(RAYFT_MAX_ACTIVE_JOBS="1000000", RAYFT_MAX_STREAMS="1000000", RAYFT_MAX_STREAMS_PER_TEAM="1000000")
+    env.update(extra_env or {})
     log = data_dir / "server.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rayft", "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -124,9 +130,8 @@ async def bench_streams(address: str, token: str, job_id: str, job_token: str, k
             await ready.acquire()
         await asyncio.sleep(1.0)  # let every stream reach the server
         reporter = pb_grpc.JobReportingStub(channel)
-        base = int(time.time() * 1000)
-        for step in range(1, events + 1):
-            tag = base + step
+        for _ in range(events):
+            tag = next(REPORT_SEQ)  # the service takes only the next number: one count across all rounds
             sent[tag] = time.perf_counter()
             request = pb.ReportRequest(
                 job_id=job_id, report_seq=tag, event=pb.JobEvent(progress=pb.Progress(step=tag, total_steps=events))

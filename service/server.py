@@ -14,7 +14,7 @@ import logging
 import signal
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -61,6 +61,17 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         self.policy = policy
         self.streams: Counter[str] = Counter()
         """Open WatchJob streams by team."""
+        self._protos: OrderedDict[tuple[str, int], pb.JobEvent] = OrderedDict()
+        """Recent events as messages: one event goes out to every stream on its job, built once."""
+
+    def _event_proto(self, event: EventRecord) -> pb.JobEvent:
+        key = (event.job_id, event.seq)
+        message = self._protos.get(key)
+        if message is None:
+            message = self._protos[key] = stored_event_to_proto(event)
+            if len(self._protos) > 4096:
+                self._protos.popitem(last=False)
+        return message
 
     async def _team(self, context: grpc.aio.ServicerContext) -> str:
         token = auth.bearer(context.invocation_metadata())
@@ -74,9 +85,13 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
             )
         return team
 
-    async def _job(self, job_id: str, team: str, context: grpc.aio.ServicerContext) -> JobRecord:
+    async def _job_of(self, job_id: str, team: str) -> JobRecord | None:
         job = await self.store.get(job_id) if job_id else None
-        if job is None or job.team != team:  # another team's job does not exist, as far as you know
+        return job if job is not None and job.team == team else None  # another team's job does not exist, to you
+
+    async def _job(self, job_id: str, team: str, context: grpc.aio.ServicerContext) -> JobRecord:
+        job = await self._job_of(job_id, team)
+        if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
         return job
 
@@ -136,11 +151,17 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         size = request.page_size or 50
         if not 0 < size <= 500:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size: must be between 1 and 500")
-        states = [convert.state_from_proto(s) for s in request.states if s != pb.JOB_STATE_UNSPECIFIED]
+        try:
+            states = [convert.state_from_proto(s) for s in request.states if s != pb.JOB_STATE_UNSPECIFIED]
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"states: {exc}")
+        if request.page_token and await self._job_of(request.page_token, team) is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token: not one this service gave; start without one")
+        full = request.view == pb.JOB_VIEW_FULL
         jobs = await self.store.list(team, states, limit=size + 1, after=request.page_token)
         page, total = [], 0
         for job in jobs[:size]:
-            message = job_to_proto(job)
+            message = job_to_proto(job, full=full)
             total += message.ByteSize()
             if page and total > MAX_PAGE_BYTES:
                 break
@@ -178,7 +199,7 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         self.streams[team] += 1
         try:
             async for event in self.events.follow(job.id, request.after_seq):
-                yield stored_event_to_proto(event)
+                yield self._event_proto(event)
         finally:  # ended, cancelled by the client, or cut off by shutdown
             self.streams[team] -= 1
 
@@ -225,13 +246,14 @@ class JobReportingServicer(pb_grpc.JobReportingServicer):
         return pb.ReportResponse(stored=stored is not None)
 
 
-def job_to_proto(job: JobRecord) -> pb.Job:
-    """The stored job as the API shows it."""
+def job_to_proto(job: JobRecord, full: bool = True) -> pb.Job:
+    """The stored job as the API shows it; ``full=False``: the spec holds only its name (ListJobs' BASIC
+    view: building a whole spec message was most of a list's cost, measured in bench/tenant_bench.py)."""
     return pb.Job(
         id=job.id,
         team=job.team,
         state=convert.state_to_proto(job.state),
-        spec=convert.spec_to_proto(job.spec),
+        spec=convert.spec_to_proto(job.spec) if full else pb.FineTuneSpec(name=job.spec.get("name", "")),
         idempotency_key=job.idempotency_key,
         created_at=job.created_at,
         updated_at=job.updated_at,

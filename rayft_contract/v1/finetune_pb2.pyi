@@ -16,6 +16,12 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SUCCEEDED: _ClassVar[JobState]
     FAILED: _ClassVar[JobState]
     CANCELLED: _ClassVar[JobState]
+
+class JobView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_VIEW_UNSPECIFIED: _ClassVar[JobView]
+    JOB_VIEW_BASIC: _ClassVar[JobView]
+    JOB_VIEW_FULL: _ClassVar[JobView]
 JOB_STATE_UNSPECIFIED: JobState
 QUEUED: JobState
 STARTING: JobState
@@ -23,6 +29,9 @@ RUNNING: JobState
 SUCCEEDED: JobState
 FAILED: JobState
 CANCELLED: JobState
+JOB_VIEW_UNSPECIFIED: JobView
+JOB_VIEW_BASIC: JobView
+JOB_VIEW_FULL: JobView
 
 class FineTuneSpec(_message.Message):
     __slots__ = ("name", "model", "quantization", "lora", "data", "train", "scaling", "output")
@@ -203,14 +212,16 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "page_size", "page_token")
+    __slots__ = ("states", "page_size", "page_token", "view")
     STATES_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[JobState]
     page_size: int
     page_token: str
-    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    view: JobView
+    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

@@ -82,7 +82,8 @@ class FineTuningServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """The team's jobs, newest first, optionally of some states (unary, paginated).
+        """The team's jobs, newest first, optionally of some states (unary, paginated). Specs are left out
+        (name only) unless view is FULL. Errors: INVALID_ARGUMENT (page_size, an unknown state or page_token).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

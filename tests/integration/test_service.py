@@ -623,6 +623,24 @@ def test_idempotent_creates_list_filter_and_errors(paused_server, tokens, tiny_s
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_lists_leave_specs_out_unless_asked_and_bad_filters_are_invalid_argument(paused_server, tokens, tiny_spec):
+    client = Client(paused_server.address, tokens["team-a"])
+    job = client.submit(tiny_job(tiny_spec, "svc-listed"))
+    (basic,) = client.list()
+    assert basic.spec.name == "svc-listed" and not basic.spec.HasField("model") and basic.state == pb.QUEUED
+    (full,) = client.list(full=True)
+    assert full.spec == client.get(job.id).spec and full.spec.model.path == tiny_spec.model.path
+    for request, field in (
+        (pb.ListJobsRequest(states=[99]), "states"),
+        (pb.ListJobsRequest(page_token="ft-not-a-job"), "page_token"),
+        (pb.ListJobsRequest(page_size=501), "page_size"),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            client._stub.ListJobs(request, metadata=client._metadata)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info.value.details().startswith(f"{field}: ")
+    client.cancel(job.id)
+
+
 def test_service_killed_mid_job_restarts_and_loses_nothing(ray_cluster, tmp_path, tokens, tiny_spec, policy):
     srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy).start()
     client = Client(srv.address, tokens["team-a"])
