@@ -105,3 +105,17 @@ def test_every_module_imports():
     code = f"import importlib\nfor m in {names!r}: importlib.import_module(m)\nprint(len({names!r}))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_readme_layout_names_every_module():
+    """The README's "How it is built" tree is how a new engineer finds their way: it must not drift."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## How it is built", 1)[1].split("```")[1]
+    modules = [
+        p
+        for package in ("rayft_contract", "service", "ray_jobs", "rayft")
+        for p in (ROOT / package).glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    ]
+    missing = [f"{p.parent.name}/{p.name}" for p in modules if p.name not in layout]
+    assert not missing, f"add to the README's layout: {missing}"
