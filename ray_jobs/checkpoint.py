@@ -112,6 +112,16 @@ def load(
     return state
 
 
+def step_of(checkpoint: ray.train.Checkpoint) -> int | None:
+    """The optimizer step a checkpoint was taken at (from its JSON, nothing else read)."""
+    with checkpoint.as_directory() as directory:
+        path = Path(directory) / "train_state.json"
+        try:
+            return int(json.loads(path.read_text())["state"]["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
 def write(directory: Path, states: dict[str, Any], state: TrainState, identity: RunIdentity) -> None:
     """``states`` (nested dicts, lists, tensors, plain values) into ``train_state.safetensors`` + ``.json``."""
     from safetensors.torch import save_file

@@ -26,6 +26,7 @@ from typing import Any
 from ray_jobs import local_ray, preflight, storage
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import RunIdentity
+from ray_jobs.checkpoint import step_of as checkpoint_step
 from ray_jobs.diagnosis import diagnose
 from ray_jobs.profile import JobProfile
 from ray_jobs.summary import summarize
@@ -128,6 +129,13 @@ class _Job:
             ray.kill(queue.actor)
             if result.error is not None:
                 raise result.error
+            if not profile.steps:  # resumed a run already at its end: nothing trained is not a success
+                reached = checkpoint_step(result.checkpoint) if result.checkpoint is not None else None
+                where = f"its checkpoint is already at step {reached}" if reached else "no step ran"
+                raise NothingTrained(
+                    f"trained 0 steps of {total_steps}: {where} in {self.run_dir.uri}; pass --overwrite to start "
+                    "over, or use a new name"
+                )
             quality = prepared.quality_report()
             quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
             _export(result.checkpoint, spec, self.staging / "adapter")
@@ -216,11 +224,17 @@ def _describe_cache(info: dict[str, Any]) -> str:
 
 
 def _claim_run_dir(run_dir: storage.Location, overwrite: bool) -> None:
-    if run_dir.child("summary.json").exists():
-        if not overwrite:
-            raise SpecError("name", f"run {run_dir.uri!r} already finished; pick another name or pass --overwrite")
+    """A finished run is never resumed; an unfinished one is (its last checkpoint), unless ``overwrite``:
+    then whatever is there goes, finished or not, and the run starts over."""
+    if overwrite and run_dir.exists():
         run_dir.delete()
+    elif run_dir.child("summary.json").exists():
+        raise SpecError("name", f"run {run_dir.uri!r} already finished; pick another name or pass --overwrite")
     run_dir.fs.create_dir(run_dir.path, recursive=True)
+
+
+class NothingTrained(RuntimeError):
+    """The job ran and trained no step (it resumed a run already at its end): a failure, with the reason."""
 
 
 def _count_steps(spec: FineTuneSpec, datasets: dict[str, Any]) -> int:

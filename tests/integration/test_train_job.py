@@ -149,3 +149,16 @@ def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
     assert any(k.startswith("team-a/tiny-s3/ray/checkpoint_") and k.endswith("train_state.safetensors") for k in keys)
     summary = json.loads(s3.get_object(Bucket="rayft-runs", Key="team-a/tiny-s3/summary.json")["Body"].read())
     assert summary["steps"] == 6
+
+
+def test_a_run_already_at_its_end_fails_with_the_reason_and_overwrite_starts_over(ray_cluster, tiny_spec):
+    """Issue 11: a re-run that resumed past max_steps trained 0 steps and called itself SUCCEEDED."""
+    from ray_jobs.run import NothingTrained
+
+    spec = with_train(tiny_spec, max_steps=4, checkpoint_every=4, log_every=2, eval_every=None)
+    first = run(spec)
+    (Path(first.run_dir) / "summary.json").unlink()  # as if the job died after its last checkpoint
+    with pytest.raises(NothingTrained, match="trained 0 steps of 4: its checkpoint is already at step 4"):
+        run(spec)
+    again = run(spec, overwrite=True)  # starts over: every step trained again, from step 1
+    assert again.summary["steps"] == 4 and again.summary["reported_steps"][0] == 2
