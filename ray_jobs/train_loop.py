@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import math
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -234,18 +233,16 @@ def _count(group: list[dict[str, Any]]) -> Any:
     return out
 
 
+SCHEDULES = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
+"""``train.lr_schedule`` -> the transformers schedule of that name, so a curve ported from an HF recipe
+(warmup from 0, then the decay) trains the same here."""
+
+
 def lr_scheduler(optimizer: Any, train: TrainSpec, total_steps: int) -> Any:
-    """Linear warmup, then cosine or linear decay to 0 (or constant)."""
-    import torch
+    """Linear warmup from 0 over ``warmup_steps``, then cosine or linear decay to 0 at ``total_steps``, or
+    constant: transformers' ``get_scheduler``."""
+    from transformers import get_scheduler
 
-    def factor(step: int) -> float:
-        if step < train.warmup_steps:
-            return (step + 1) / (train.warmup_steps + 1)
-        progress = min(1.0, (step - train.warmup_steps) / max(1, total_steps - train.warmup_steps))
-        if train.lr_schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-        if train.lr_schedule == "linear":
-            return 1.0 - progress
-        return 1.0
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return get_scheduler(
+        SCHEDULES[train.lr_schedule], optimizer, num_warmup_steps=train.warmup_steps, num_training_steps=total_steps
+    )

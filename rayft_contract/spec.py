@@ -196,7 +196,7 @@ class TrainSpec:
     learning_rate: float = 2e-4
     """Peak learning rate of AdamW."""
     lr_schedule: Schedule = "cosine"
-    """Decay after warmup: ``cosine`` or ``linear`` to 0, or ``constant``."""
+    """Decay after warmup: ``cosine`` or ``linear`` to 0, or ``constant`` (transformers' schedules of those names)."""
     warmup_steps: int = 0
     """Linear warmup steps from 0 to the peak learning rate."""
     weight_decay: float = 0.0
