@@ -29,11 +29,12 @@ from rayft_contract.states import JobState, TransitionError
 from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service import auth
+from service.faults import StoreFaults, StoreHealth
 from service.policy import PathPolicy, PolicyDenied
 from service.progress import JobEvents
 from service.reconciler import Reconciler
 from service.settings import ServiceSettings
-from service.store import AsyncJobStore, EventRecord, JobRecord, JobStore, ReportOutOfOrder, StoreError
+from service.store import AsyncJobStore, EventRecord, JobRecord, JobStore, ReportOutOfOrder
 
 log = logging.getLogger(__name__)
 DEFAULT_TEAM = "default"
@@ -266,62 +267,6 @@ def job_to_proto(job: JobRecord, full: bool = True) -> pb.Job:
 
 def stored_event_to_proto(event: EventRecord) -> pb.JobEvent:
     return convert.event_to_proto(Event(event.kind, event.data, event.time), job_id=event.job_id, seq=event.seq)
-
-
-class StoreHealth:
-    """Keeps the API services' health true to the store: NOT_SERVING while store calls fail (the fault
-    logged once, when it starts), SERVING again on the first call that succeeds. The overall status
-    (``""``) stays SERVING: the process is alive, and restarting it would not free another's lock."""
-
-    def __init__(self, health_servicer: Any, names: list[str]):
-        self.health, self.names, self.fault = health_servicer, names, None
-
-    async def watch(self, fault: StoreError | None) -> None:
-        if (fault is None) == (self.fault is None):
-            return
-        self.fault = fault
-        if fault is not None:
-            log.error("job store fault (%s): %s; the API reports NOT_SERVING until it clears", fault.kind, fault)
-        else:
-            log.info("job store answers again; the API reports SERVING")
-        status = health_pb2.HealthCheckResponse.NOT_SERVING if fault else health_pb2.HealthCheckResponse.SERVING
-        for name in self.names:
-            await self.health.set(name, status)
-
-
-class StoreFaults(grpc.aio.ServerInterceptor):
-    """A ``StoreError`` from any call leaves as a status the caller can act on, with a plain message:
-    UNAVAILABLE (busy, broken: retry later) or RESOURCE_EXHAUSTED (disk full), never UNKNOWN with
-    SQLite's text. Hand-written: grpc.aio has no ready-made mapping of exceptions to statuses."""
-
-    CODES = {"full": grpc.StatusCode.RESOURCE_EXHAUSTED}
-
-    async def intercept_service(self, continuation: Any, details: Any) -> Any:
-        handler = await continuation(details)
-        if handler is None or not (handler.unary_unary or handler.unary_stream):
-            return handler
-        codes = self.CODES
-
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            try:
-                return await handler.unary_unary(request, context)
-            except StoreError as exc:
-                await context.abort(codes.get(exc.kind, grpc.StatusCode.UNAVAILABLE), str(exc))
-
-        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            try:
-                async for item in handler.unary_stream(request, context):
-                    yield item
-            except StoreError as exc:
-                await context.abort(codes.get(exc.kind, grpc.StatusCode.UNAVAILABLE), str(exc))
-
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
-            )
-        return grpc.unary_stream_rpc_method_handler(
-            stream, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
-        )
 
 
 class Service:

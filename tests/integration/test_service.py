@@ -685,7 +685,7 @@ def test_the_embedded_ray_cluster_runs_jobs_with_token_auth_and_refuses_callers_
         assert outsider.returncode != 0 and ("401" in outsider.stderr or "uthenticat" in outsider.stderr), outsider.stderr[-2000:]
         client = Client(srv.address, tokens["team-a"])
         job = client.submit(tiny_job(tiny_spec, "svc-embedded", steps=2))
-        assert states(client.watch(job.id))[-1] == "SUCCEEDED", srv.log.read_text()[-3000:]
+        assert states(client.watch(job.id))[-1] == "SUCCEEDED", (client.get(job.id).message, srv.log.read_text()[-3000:])
         insider = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
         listed = subprocess.run(
             [
