@@ -29,7 +29,8 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file:
     - ``address="local"``: a bare ``ray.init()`` would attach to any cluster already on the machine.
     - Ray binds the machine's external address unless both ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and
       ``_node_ip_address="127.0.0.1"`` are set.
-    - Its own temp dir, so drivers of Ray jobs attach to this cluster, not to the newest on the machine.
+    - Its own temp dir, with the cluster's address in ``<temp dir>/ray_current_cluster``: see
+      :func:`_publish_address`.
     - Ray 2.60 turns token auth on by default. Without ``auth_token_file`` it is off: a cluster that
       lives for one ``rayft train`` or one test session, on loopback.
     - The Ray Train controller collects one report per worker per poll (default every 2 s); reports
@@ -54,8 +55,6 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file:
     os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
-    # A temp dir of its own: Ray job drivers find "their" cluster through <temp dir>/ray_current_cluster,
-    # which another cluster on the machine (a second service, a test run) would otherwise overwrite.
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
     with _any_free_agent_port():
         context = ray.init(
@@ -68,7 +67,24 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file:
             log_to_driver=False,
             logging_level=logging.WARNING,
         )
+    _publish_address(context.address_info["gcs_address"], temp_dir)
     return context.address_info | {"dashboard_url": context.dashboard_url}
+
+
+def _publish_address(gcs_address: str, temp_dir: str) -> None:
+    """Write the cluster's address where its Jobs API looks for it: ``<temp dir>/ray_current_cluster``.
+
+    The job supervisor tells each driver which cluster to join by resolving ``"auto"`` in the cluster's
+    temp dir. Only ``ray start`` writes that file; ``ray.init`` does not, and then ``"auto"`` takes
+    *any* Ray GCS running on the machine (the first of a set, so it varies from run to run). With a
+    second cluster beside this one (``rayft serve`` beside a test session, two services), a job
+    submitted here sometimes ran its driver on the other cluster: found as the intermittent failure
+    of the embedded-cluster service test (``_QueueActor`` of this job's driver created on the other
+    cluster). Ray's own writer is used so the file's name and format stay Ray's (2.60 is pinned).
+    """
+    from ray._private.utils import write_ray_address
+
+    write_ray_address(gcs_address, temp_dir)
 
 
 def _ensure_token(path: Path) -> None:
