@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
-import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -53,8 +52,7 @@ class RunIdentity:
 
     @classmethod
     def of(cls, spec: FineTuneSpec, owner: str = "") -> RunIdentity:
-        digest = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()
-        return cls(owner or f"local:{getpass.getuser()}", digest)
+        return cls(owner or f"local:{getpass.getuser()}", spec.digest())
 
 
 @dataclasses.dataclass

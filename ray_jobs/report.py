@@ -48,6 +48,14 @@ def to_proto(event: Event) -> pb.JobEvent:
     return event_to_proto(event)
 
 
+def _backoff(first_s: float, cap_s: float = 10.0) -> Iterator[float]:
+    """Waits between retries: ``first_s``, doubling, then every ``cap_s``."""
+    delay = first_s
+    while True:
+        yield delay
+        delay = min(delay * 2, cap_s)
+
+
 class ClaimRefused(RuntimeError):
     """The service would not hand this job its spec (a wrong ticket, or the job claimed by another)."""
 
@@ -74,7 +82,7 @@ def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float 
     unreachable (restarting), for up to ``wait_s``."""
     token = "rftr_" + secrets.token_urlsafe(32)
     request = pb.ClaimJobRequest(job_id=job_id, report_token_sha256=hashlib.sha256(token.encode()).hexdigest())
-    start, delay = time.monotonic(), 0.5
+    start, delays = time.monotonic(), _backoff(0.5)
     with channel(address, tls) as reporting:
         stub = pb_grpc.JobReportingStub(reporting)
         while True:
@@ -88,8 +96,7 @@ def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float 
                     ) from None
                 if time.monotonic() - start > wait_s:
                     raise ClaimRefused(f"the rayft service at {address} was unreachable for {wait_s:.0f} s") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                time.sleep(next(delays))
 
 
 class Spool:
@@ -187,7 +194,7 @@ class Reporter:
         A dropped report's number goes to the next event: after a refusal the service holds nothing under
         it, and after running out of patience it most likely holds nothing either (if it does, the next
         event reads as a repeat: one event lost, where a gap would have lost all the rest)."""
-        start, delay, outage_logged = time.monotonic(), 0.2, False
+        start, delays, outage_logged = time.monotonic(), _backoff(0.2), False
         while True:
             try:
                 response = stub.Report(request, metadata=self._metadata, timeout=10)
@@ -203,5 +210,4 @@ class Reporter:
                 if not outage_logged and time.monotonic() - start > 30:
                     log.warning("the rayft service is not taking reports (%s); keeping them until it does", exc.code().name)
                     outage_logged = True
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                time.sleep(next(delays))

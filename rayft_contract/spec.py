@@ -317,6 +317,13 @@ class FineTuneSpec:
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(self)
 
+    def digest(self) -> str:
+        """SHA-256 of the spec's canonical JSON: equal specs, equal digests (idempotent submits, the run a
+        checkpoint belongs to)."""
+        import hashlib
+
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FineTuneSpec:
         return parse(cls, data)

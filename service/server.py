@@ -8,7 +8,6 @@ reflection, keepalive for long streams and graceful shutdown.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import signal
@@ -108,7 +107,7 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
             spec = convert.spec_from_proto(request.spec)
         except SpecError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec.{exc}")
-        request_hash = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()
+        request_hash = spec.digest()
         job_id = f"ft-{uuid.uuid4().hex[:16]}"
         try:
             spec = self.policy.apply(team, spec, job_id)
