@@ -113,7 +113,7 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     start = time.perf_counter()
     prepared = prepare(spec)
     seconds = time.perf_counter() - start
-    tokens = prepared.datasets["train"].sum("num_tokens")
+    tokens = prepared.order.dataset(0, world=1, micro_batch_size=1).sum("num_tokens")
     rows = prepared.cache["rows_tokenized"]
     start = time.perf_counter()
     tokenize(spec.data, "chat", spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
