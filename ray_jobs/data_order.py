@@ -29,8 +29,9 @@ split before the first step. Here each epoch is a small Ray Data plan (one read 
 ahead of the trainer, in order), built in the worker for the position it resumes at.
 
 Each worker reads every row of the epoch and keeps its ``1/world`` share: the read is cheap beside a
-training step (a 7B step on an H200 consumes about 5 packed rows/s per GPU), and it keeps the split
-exact and independent of task timing, which Ray Data's ``streaming_split`` does not promise.
+training step (the 7B preset trained at 11,180 tokens/s on an H200, 5.5 rows of 2,048 tokens per
+second per GPU), and it keeps the split exact and independent of task timing, which Ray Data's
+``streaming_split`` does not promise.
 """
 
 from __future__ import annotations
