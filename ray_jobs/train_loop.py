@@ -192,14 +192,20 @@ def _timed(into: dict[str, float], key: str) -> Iterator[None]:
 
 
 def _first_pulled_early(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """``batches``, its first item pulled now on a background thread (Ray Data starts its reads then)."""
+    """``batches``, its first item pulled now on a background thread (Ray Data starts its reads then).
+
+    Not a generator function: its body would only run at the first ``next()``, in step 1."""
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="first-batch")
     first = pool.submit(next, batches)
     pool.shutdown(wait=False)
-    yield first.result()
-    yield from batches
+
+    def chained() -> Iterator[dict[str, Any]]:
+        yield first.result()
+        yield from batches
+
+    return chained()
 
 
 def _micro_batches(
