@@ -28,7 +28,7 @@ test-integration: install
 	$(PY) -m pytest tests -m integration
 
 test-gpu:                 ## on a GPU machine (the device): the gpu-marked tests
-	python3 -m pytest tests -m gpu
+	python3 -m pytest tests/gpu -m gpu
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -7,6 +7,7 @@
 #   carry: [".gpu"]   command: bash bench/qlora_7b.sh            (about 5 minutes)
 # Extra `rayft train --set` overrides can follow: bash bench/qlora_7b.sh train.micro_batch_size=4
 # With the torch.profiler cross-check: PROFILE=21:30 STEPS=40 bash bench/qlora_7b.sh
+# RUN_NAME names the run (/tmp/runs/RUN_NAME; default: the preset's name), LOG_EVERY its report interval.
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
@@ -23,11 +24,11 @@ python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tail -3
 export RAYFT_TORCH_PROFILE=${PROFILE:-}
 [ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows "${ROWS:-20000}"
 
-name=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$PRESET")
+name=${RUN_NAME:-$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$PRESET")}
 SECONDS=0
 python3 -m rayft train "$PRESET" --overwrite \
-  --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
-  --set train.max_steps="$STEPS" --set train.log_every=5 --set train.eval_every=null \
+  --set name="$name" --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
+  --set train.max_steps="$STEPS" --set train.log_every="${LOG_EVERY:-5}" --set train.eval_every=null \
   --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" 2>&1 | tee -a "$OUT/train.log"
 echo "rayft train wall: ${SECONDS} s" | tee -a "$OUT/train.log"
 cp "/tmp/runs/$name/summary.json" "/tmp/runs/$name/metrics.jsonl" "/tmp/runs/$name/report.png" "$OUT/"

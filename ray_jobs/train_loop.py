@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ray_jobs import checkpoint
+from ray_jobs import checkpoint, kernels
 from ray_jobs import strategy as strategies
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
@@ -64,7 +64,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     # -- set up -----------------------------------------------------------------------------
     strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
     with _timed(setup, "model_load_s"):
-        model = apply_lora(load_base(spec, device, strategy), spec)
+        base = load_base(spec, device, strategy)
+        fused = kernels.choose(spec, device.type, base.config.model_type)
+        kernels.apply(base, fused)  # before LoRA: Liger patches the base's own modules
+        model = apply_lora(base, spec)
         trainable, total = count_parameters(model)
         shape = model_shape(model, train.gradient_checkpointing)
         model = strategy.wrap(model)
@@ -83,7 +86,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     first_step_s: float | None = None
     accum = spec.grad_accum_steps
     model.train()
-    about = {"trainable_params": trainable, "model_shape": shape, "peak_flops": peak_flops(device), "world_size": world, **layout}
+    about = {
+        "trainable_params": trainable,
+        "model_shape": shape,
+        "peak_flops": peak_flops(device),
+        "world_size": world,
+        "kernels": fused.describe(),
+        **layout,
+    }
     if cfg.has_eval and state.step == 0:  # the baseline the run is judged against
         with _timed(setup, "first_eval_s"):
             eval_loss = evaluate(model, eval_batches, spec, device)

@@ -126,6 +126,8 @@ def _efficiency_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [("samples/s (steady state)", f"{eff['samples_per_s']:,.1f}"), ("padding", f"{eff['padding_frac']:.1%} of tokens")]
     if eff.get("mfu") is not None:
         rows.insert(0, ("MFU (HFU)", f"{eff['mfu']:.1%} ({eff['hfu']:.1%})"))
+    if summary.get("kernels"):
+        rows.append(("kernels", summary["kernels"]))
     return rows
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 QuantMode = Literal["nf4", "int8", "none"]
 DType = Literal["bfloat16", "float16", "float32"]
+Kernels = Literal["auto", "liger", "none"]
 DataFormat = Literal["auto", "alpaca", "chat", "sharegpt", "prompt_completion", "text"]
 Schedule = Literal["cosine", "linear", "constant"]
 Strategy = Literal["ddp", "fsdp"]
@@ -82,10 +83,17 @@ class ModelSpec:
     """Dtype of the frozen base weights and of autocast. ``float32`` is for CPU smoke runs."""
     attn_implementation: str = "sdpa"
     """Attention kernel passed to transformers (``sdpa``, ``flash_attention_2``, ``eager``)."""
+    kernels: Kernels = "auto"
+    """Fused Triton kernels (Liger) for RMSNorm, SwiGLU, RoPE and the loss, which then never materializes the
+    logits. ``auto``: on where they run (a CUDA GPU, liger-kernel installed, a model family Liger knows),
+    off elsewhere with the reason in the summary; ``liger``: on, or the job fails saying why; ``none``: off.
+    Measured on an H200 (``bench/RESULTS.md``)."""
 
     def __post_init__(self) -> None:
         _check(bool(self.path.strip()), "model.path", "is required: a local model directory or a hub id")
         _check(self.dtype in typing.get_args(DType), "model.dtype", f"must be one of {typing.get_args(DType)}")
+        kernels = typing.get_args(Kernels)
+        _check(self.kernels in kernels, "model.kernels", f"must be one of {kernels}, got {self.kernels!r}")
 
 
 @dataclass(frozen=True)
@@ -300,6 +308,11 @@ class FineTuneSpec:
                 "model.dtype",
                 "4-bit/8-bit bases compute in bfloat16 or float16 on GPU; set model.dtype or quantization.mode: none",
             )
+        _check(
+            self.model.kernels != "liger" or self.scaling.use_gpu,
+            "model.kernels",
+            "liger's Triton kernels need GPUs: set scaling.use_gpu: true, or model.kernels: auto (off on CPU)",
+        )
 
     @property
     def grad_accum_steps(self) -> int:

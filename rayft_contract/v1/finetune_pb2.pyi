@@ -54,16 +54,18 @@ class FineTuneSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., quantization: _Optional[_Union[QuantizationSpec, _Mapping]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., train: _Optional[_Union[TrainSpec, _Mapping]] = ..., scaling: _Optional[_Union[ScalingSpec, _Mapping]] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
-    __slots__ = ("path", "revision", "dtype", "attn_implementation")
+    __slots__ = ("path", "revision", "dtype", "attn_implementation", "kernels")
     PATH_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     ATTN_IMPLEMENTATION_FIELD_NUMBER: _ClassVar[int]
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
     path: str
     revision: str
     dtype: str
     attn_implementation: str
-    def __init__(self, path: _Optional[str] = ..., revision: _Optional[str] = ..., dtype: _Optional[str] = ..., attn_implementation: _Optional[str] = ...) -> None: ...
+    kernels: str
+    def __init__(self, path: _Optional[str] = ..., revision: _Optional[str] = ..., dtype: _Optional[str] = ..., attn_implementation: _Optional[str] = ..., kernels: _Optional[str] = ...) -> None: ...
 
 class QuantizationSpec(_message.Message):
     __slots__ = ("mode", "double_quant")

@@ -47,6 +47,7 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     summary = result.summary
 
     assert summary["layout"] == "ddp"
+    assert summary["kernels"] == "none (Liger's Triton kernels need a CUDA GPU, this worker has cpu)"  # model.kernels: auto
     assert summary["steps"] == tiny_spec.train.max_steps
     assert summary["eval_loss"] < 0.5 * summary["initial_eval_loss"], summary
     assert {e.kind for e in events} >= {"phase", "progress", "summary"}

@@ -66,9 +66,30 @@ def test_first_fit_decreasing_fills_rows():
 
 def test_trim_padding_keeps_the_longest_row():
     rows = pack([([1, 2, 3], [1, 2, 3]), ([4], [4])], seq_len=16, pad_id=PAD, packing=False)
-    trimmed = trim_padding(rows)
+    trimmed = trim_padding(rows, multiple=1)
     assert trimmed["input_ids"].shape == (2, 3)
     assert trimmed["num_tokens"].tolist() == [3, 1]
+
+
+def test_trimmed_batches_come_in_few_shapes_and_never_cut_a_real_token():
+    import random
+
+    rng = random.Random(0)
+    shapes = set()
+    for _ in range(200):
+        examples = [list(range(1, rng.randint(2, 60))) for _ in range(rng.randint(1, 6))]
+        rows = pack([(e, e) for e in examples], seq_len=64, pad_id=PAD, packing=False)
+        trimmed = trim_padding(rows, multiple=16)
+        width = trimmed["input_ids"].shape[1]
+        shapes.add(width)
+        assert width % 16 == 0 and width >= rows["num_tokens"].max()
+        assert (trimmed["input_ids"] == rows["input_ids"][:, :width]).all()
+    assert shapes <= {16, 32, 48, 64} and len(shapes) > 1
+
+
+def test_a_row_narrower_than_the_multiple_is_kept_whole():
+    rows = pack([([1, 2, 3], [1, 2, 3])], seq_len=8, pad_id=PAD, packing=False)
+    assert trim_padding(rows)["input_ids"].shape == (1, 8)
 
 
 def test_packed_rows_do_not_attend_across_examples(tiny, tokenizer):

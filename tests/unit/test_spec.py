@@ -27,6 +27,7 @@ INVALID = [
     (None, "name", "has space", "name"),
     ("model", "path", "", "model.path"),
     ("model", "dtype", "int4", "model.dtype"),
+    ("model", "kernels", "triton", "model.kernels"),
     ("quantization", "mode", "fp4", "quantization.mode"),
     ("quantization", "double_quant", "yes", "quantization.double_quant"),
     ("lora", "r", 0, "lora.r"),

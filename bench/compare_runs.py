@@ -1,0 +1,80 @@
+"""Set several runs of the same job side by side: speed, memory, start-up, and the loss at equal steps.
+
+    python3 bench/compare_runs.py OUT.png none=/tmp/runs/a liger=/tmp/runs/b ...
+
+Each RUN_DIR holds a finished run's ``summary.json`` and ``metrics.jsonl``. The first run is the
+reference: every other run's loss is compared with it step by step (the runs must train the same rows
+in the same order, so equal steps see equal data). Prints a Markdown table for ``bench/RESULTS.md`` and
+draws the loss curves and steady tokens/s into OUT.png.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def load(run_dir: Path) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    losses, waits = {}, []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("kind") == "progress" and "loss" in event:
+            losses[event["step"]] = event["loss"]  # a resumed step replaces its first attempt
+            if event.get("data_wait_frac") is not None:
+                waits.append(event["data_wait_frac"])
+    return {"summary": summary, "losses": losses, "data_wait": sum(waits) / max(len(waits), 1)}
+
+
+def table(runs: dict[str, dict]) -> str:
+    ref_name, ref = next(iter(runs.items()))
+    rows = [
+        "| run | micro-batch | kernels | steady tokens/s | vs first | MFU | peak GiB | first step s | data wait "
+        f"| max loss diff vs {ref_name} |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    base_tps = ref["summary"]["steady_tokens_per_s"]
+    for name, run in runs.items():
+        s = run["summary"]
+        common = sorted(set(run["losses"]) & set(ref["losses"]))
+        diff = max((abs(run["losses"][i] / ref["losses"][i] - 1) for i in common), default=float("nan"))
+        mfu = s.get("mfu")
+        rows.append(
+            f"| {name} | {s['spec']['train']['micro_batch_size']} | {s.get('kernels') or '-'} "
+            f"| {s['steady_tokens_per_s']:,.0f} | {s['steady_tokens_per_s'] / base_tps:.2f}x "
+            f"| {'-' if mfu is None else f'{mfu:.1%}'} | {s.get('gpu_mem_peak_gb') or 0:.1f} "
+            f"| {s.get('time_to_first_step_s') or 0:.1f} | {run['data_wait']:.1%} | {diff:.2%} over {len(common)} steps |"
+        )
+    return "\n".join(rows)
+
+
+def plot(runs: dict[str, dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_tps) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, run in runs.items():
+        steps = sorted(run["losses"])
+        ax_loss.plot(steps, [run["losses"][i] for i in steps], marker=".", label=name)
+    ax_loss.set(xlabel="step", ylabel="training loss", title="loss at equal steps")
+    ax_loss.legend()
+    names = list(runs)
+    ax_tps.barh(names, [runs[n]["summary"]["steady_tokens_per_s"] for n in names])
+    ax_tps.set(xlabel="steady tokens/s", title="throughput")
+    ax_tps.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main(argv: list[str]) -> None:
+    out, pairs = Path(argv[0]), [a.split("=", 1) for a in argv[1:]]
+    runs = {name: load(Path(path)) for name, path in pairs}
+    print(table(runs))
+    plot(runs, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,86 @@
+"""On a CUDA GPU: Liger's kernels train the same model as transformers' own ops, and a real QLoRA job uses them.
+
+Run on the device (``make test-gpu``); skipped elsewhere (``tests/conftest.py``). The CPU side of the
+choice is ``tests/unit/test_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def qlora_gpu(spec, kernels="liger", modules_to_save=()):
+    """The tiny preset as a one-GPU NF4 QLoRA job."""
+    return spec.replace(
+        model=dataclasses.replace(spec.model, dtype="bfloat16", kernels=kernels),
+        quantization=dataclasses.replace(spec.quantization, mode="nf4"),
+        lora=dataclasses.replace(spec.lora, modules_to_save=tuple(modules_to_save)),
+        scaling=dataclasses.replace(spec.scaling, num_workers=1, use_gpu=True),
+    )
+
+
+def loss_and_grads(spec, patch: bool):
+    """One forward/backward of the NF4 base + LoRA on a fixed batch, as the loop runs it."""
+    import torch
+
+    from ray_jobs import kernels
+    from ray_jobs.model import apply_lora, autocast, load_base
+    from ray_jobs.strategy import Single
+
+    device = torch.device("cuda")
+    base = load_base(spec, device, Single())
+    if patch:
+        kernels.apply(base, kernels.choose(spec, "cuda", base.config.model_type))
+    model = apply_lora(base, spec)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, base.config.vocab_size, (4, 128), generator=gen).to(device)
+    labels = ids.clone()
+    labels[:, :64] = -100  # a masked prompt, as train_on_completions_only makes
+    with autocast(spec, device):
+        out = model(input_ids=ids, labels=labels, num_items_in_batch=torch.tensor(4 * 63, device=device))
+    out.loss.backward()
+    grads = {n: p.grad.float().flatten() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+    return float(out.loss.detach()), grads
+
+
+def test_liger_kernels_give_the_loss_and_gradients_of_transformers_own_ops(tiny_spec):
+    import torch
+
+    spec = qlora_gpu(tiny_spec)
+    # The reference first: Liger's RoPE patch is module-wide, so nothing after it runs unpatched.
+    ref_loss, ref_grads = loss_and_grads(spec, patch=False)
+    loss, grads = loss_and_grads(spec, patch=True)
+    assert loss == pytest.approx(ref_loss, rel=1e-2)
+    assert grads.keys() == ref_grads.keys()
+    # lora_B starts at zero, so lora_A's first gradient is exactly zero on both paths; lora_B's carries the signal.
+    live = [name for name, grad in ref_grads.items() if grad.abs().max() > 0]
+    assert live and all("lora_B" in name for name in live)
+    for name, grad in grads.items():
+        if name in live:
+            cos = torch.nn.functional.cosine_similarity(grad, ref_grads[name], dim=0)
+            assert cos > 0.99, (name, float(cos))
+        else:
+            assert grad.abs().max() == 0, name
+
+
+def test_every_liger_op_is_chosen_for_llama_on_a_gpu_and_the_fused_loss_skips_a_trained_head(tiny_spec):
+    from ray_jobs import kernels
+
+    assert kernels.choose(qlora_gpu(tiny_spec), "cuda", "llama").ops == kernels.OPS
+    trained_head = kernels.choose(qlora_gpu(tiny_spec, modules_to_save=["lm_head"]), "cuda", "llama")
+    assert "fused_linear_cross_entropy" not in trained_head.ops and "rms_norm" in trained_head.ops
+
+
+def test_a_qlora_job_on_one_gpu_trains_with_the_kernels_and_learns(tiny_spec):
+    from ray_jobs.run import run
+
+    spec = qlora_gpu(tiny_spec, modules_to_save=tiny_spec.lora.modules_to_save)
+    summary = run(spec).summary
+    assert summary["steps"] == spec.train.max_steps
+    assert summary["kernels"] == "liger (rope, rms_norm, swiglu)", summary["kernels"]  # the head is trained here
+    assert summary["quantized_layers"] > 0 and summary["gpu_mem_peak_gb"] > 0
+    assert summary["eval_loss"] < 0.5 * summary["initial_eval_loss"], summary
