@@ -108,6 +108,7 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     """
     from ray_jobs.data import new_ledger, tokenize
     from ray_jobs.dataset_cache import prepare
+    from ray_jobs.sources import data_files
 
     spec = spec.replace(data=dataclasses.replace(spec.data, tokenize_workers=workers, cache_uri=str(cache_root)))
     start = time.perf_counter()
@@ -116,7 +117,8 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     tokens = prepared.datasets["train"].sum("num_tokens")
     rows = prepared.cache["rows_tokenized"]
     start = time.perf_counter()
-    tokenize(spec.data, "chat", spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
+    files = data_files(spec.data.path)
+    tokenize(spec.data, files, "chat", spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
     only = time.perf_counter() - start
     return {
         "workers": workers,

@@ -24,7 +24,7 @@ from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.formats import BadRowError, detect_format, to_text, to_turns
 from ray_jobs.packing import Example, pack
 from ray_jobs.quality import BadRow, DataQualityError, QualityReport
-from ray_jobs.sources import data_files, peek_columns, read_records
+from ray_jobs.sources import Files, peek_columns, read_records
 from rayft_contract.spec import DataSpec, SpecError
 
 if TYPE_CHECKING:
@@ -35,12 +35,13 @@ Split = Literal["train", "eval"]
 TOKEN_COLUMNS = ["input_ids", "labels", "position_ids", "num_tokens", "num_examples", "num_truncated"]
 
 
-def resolve_format(data: DataSpec) -> str:
-    """The spec's format, or the one detected from the columns (raises with the columns found)."""
+def resolve_format(data: DataSpec, files: Files) -> str:
+    """The spec's format, or the one detected from the columns of ``files``' first row (raises with the
+    columns found)."""
     if data.format != "auto":
         return data.format
     try:
-        return detect_format(peek_columns(data_files(data.path)))
+        return detect_format(peek_columns(files))
     except ValueError as exc:
         if isinstance(exc, SpecError):
             raise
@@ -71,7 +72,8 @@ class TokenizeAndPack:
         from ray_jobs.model_cache import fetch_model
         from ray_jobs.template import ChatEncoder
 
-        tokenizer = AutoTokenizer.from_pretrained(fetch_model(model_path, revision).path)
+        # This actor's node may not be the driver's: fetch there (once per node); the driver counted the job's hit.
+        tokenizer = AutoTokenizer.from_pretrained(fetch_model(model_path, revision, count_hit=False).path)
         self.encoder = ChatEncoder(tokenizer, data.chat_template, data.train_on_completions_only)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
         self.data, self.fmt, self.splits, self.ledger, self.chaos = data, fmt, splits, ledger, chaos
@@ -132,6 +134,7 @@ class TokenizeAndPack:
 
 def tokenize(
     data: DataSpec,
+    files: Files,
     fmt: str,
     model_path: str,
     revision: str | None,
@@ -145,7 +148,7 @@ def tokenize(
 
     # A file arrives as one block of records; cut it into tokenizer-sized blocks so that every actor
     # gets work and each packed batch streams on as soon as it is ready.
-    records = read_records(data.path).repartition(target_num_rows_per_block=data.tokenize_batch_size)
+    records = read_records(files, data.path).repartition(target_num_rows_per_block=data.tokenize_batch_size)
     return records.map_batches(
         TokenizeAndPack,
         fn_constructor_kwargs={

@@ -24,10 +24,10 @@ from typing import Any
 
 from ray_jobs import cache
 from ray_jobs.chaos import NO_CHAOS, Chaos
-from ray_jobs.data import TOKEN_COLUMNS, new_ledger, resolve_format, tokenize
-from ray_jobs.model_cache import fetch_model
+from ray_jobs.data import TOKEN_COLUMNS, new_ledger, tokenize
+from ray_jobs.model_cache import Fetched, fetch_model
+from ray_jobs.preflight import DataInputs, data_inputs
 from ray_jobs.quality import QualityReport
-from ray_jobs.sources import data_files
 from rayft_contract.spec import FineTuneSpec
 
 CACHE_VERSION = 2
@@ -62,31 +62,39 @@ class Prepared:
         return self.quality if self.quality is not None else ray.get(self.ledger.get.remote())
 
 
-def prepare(spec: FineTuneSpec, chaos: Chaos = NO_CHAOS) -> Prepared:
-    """The train (and eval) datasets: from the cache (filling it on a miss), or streaming."""
+def prepare(
+    spec: FineTuneSpec, chaos: Chaos = NO_CHAOS, inputs: DataInputs | None = None, model: Fetched | None = None
+) -> Prepared:
+    """The train (and eval) datasets: from the cache (filling it on a miss), or streaming.
+
+    ``inputs`` and ``model``: what the driver already looked up (``ray_jobs.preflight.check``, its one
+    ``fetch_model``); looked up here when absent."""
     data, splits = spec.data, ("train", "eval") if spec.data.val_fraction > 0 else ("train",)
     start = time.perf_counter()
+    inputs = inputs or data_inputs(spec)
     if not data.cache:
         ledger = new_ledger(data, fail_early=True)
-        fmt = resolve_format(data)
-        datasets = {s: tokenize(data, fmt, spec.model.path, spec.model.revision, (s,), ledger, chaos) for s in splits}
+        datasets = {
+            s: tokenize(data, inputs.files, inputs.format, spec.model.path, spec.model.revision, (s,), ledger, chaos)
+            for s in splits
+        }
         datasets = {s: ds.select_columns(TOKEN_COLUMNS) for s, ds in datasets.items()}
         if "eval" in datasets:
             datasets["eval"] = datasets["eval"].materialize()
         info = {
             "enabled": False,
             "hit": False,
-            "bytes_downloaded": sum(size for _, size, _ in data_files(data.path).identity()),
+            "bytes_downloaded": inputs.bytes,
             "rows_tokenized": None,
         }
         return Prepared(datasets, info, ledger=ledger)
 
-    key, parts = dataset_key(spec)
+    key, parts = dataset_key(spec, inputs, model)
     entry = cache.entry(data.cache_uri or str(Path(cache.default_root())), "datasets", key)
     meta = cache.manifest(entry)
     hit = meta is not None
     if meta is None:
-        meta = _fill(spec, entry, parts, splits, chaos)
+        meta = _fill(spec, entry, inputs, parts, splits, chaos)
     else:
         cache.record_hit(entry)
     payload = cache.payload_of(entry, meta)
@@ -104,15 +112,16 @@ def prepare(spec: FineTuneSpec, chaos: Chaos = NO_CHAOS) -> Prepared:
     return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]))
 
 
-def dataset_key(spec: FineTuneSpec) -> tuple[str, dict[str, Any]]:
+def dataset_key(spec: FineTuneSpec, inputs: DataInputs | None = None, model: Fetched | None = None) -> tuple[str, dict[str, Any]]:
     """The entry's key and the parts it hashes (kept in the manifest, to explain a miss)."""
     data = spec.data
-    sources = data_files(data.path).identity()
+    inputs = inputs or data_inputs(spec)
+    model = model or fetch_model(spec.model.path, spec.model.revision)
     parts = {
         "version": CACHE_VERSION,
-        "sources": sources,
-        "format": resolve_format(data),
-        "tokenizer": tokenizer_fingerprint(fetch_model(spec.model.path, spec.model.revision).path),
+        "sources": [list(s) for s in inputs.identity],  # JSON's form, as stored in the manifest
+        "format": inputs.format,
+        "tokenizer": tokenizer_fingerprint(model.path),
         **{f: getattr(data, f) for f in _TOKEN_FIELDS},
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24], parts
@@ -139,14 +148,16 @@ def tokenizer_fingerprint(model_dir: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def _fill(spec: FineTuneSpec, entry: Any, parts: dict[str, Any], splits: tuple[str, ...], chaos: Chaos) -> dict[str, Any]:
+def _fill(
+    spec: FineTuneSpec, entry: Any, inputs: DataInputs, parts: dict[str, Any], splits: tuple[str, ...], chaos: Chaos
+) -> dict[str, Any]:
     import ray
 
     data = spec.data
     ledger = new_ledger(data, fail_early=False)
     payload = cache.new_payload(entry)
     try:
-        tokens = tokenize(data, parts["format"], spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
+        tokens = tokenize(data, inputs.files, inputs.format, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
         # Files of at least ROWS_PER_FILE packed rows (a few MB), not one per tokenizer batch: fewer read tasks later.
         tokens.write_parquet(
             payload.path, filesystem=payload.fs, partition_cols=["split"], min_rows_per_file=ROWS_PER_FILE, **_on_this_node(entry)
@@ -162,7 +173,7 @@ def _fill(spec: FineTuneSpec, entry: Any, parts: dict[str, Any], splits: tuple[s
     meta = {
         "description": f"{data.path} ({parts['format']}, {data.max_seq_len} tokens, packing={data.packing})",
         "key_parts": parts,
-        "source_bytes": sum(size for _, size, _ in parts["sources"]),
+        "source_bytes": inputs.bytes,
         "quality": report.to_dict(),
         "rows_by_split": rows_by_split,
     }

@@ -63,7 +63,9 @@ def load_base(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> t
         kwargs["quantization_config"] = quant
     from ray_jobs.model_cache import fetch_model
 
-    model = AutoModelForCausalLM.from_pretrained(fetch_model(spec.model.path, spec.model.revision).path, **kwargs)
+    # Each worker fetches on its own node (once per node); the driver counted the job's hit.
+    local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
+    model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
     model.config.use_cache = False
     return model
 

@@ -10,7 +10,8 @@
   same :func:`hub_snapshot`.
 
 The driver, every tokenizer actor and every training worker call :func:`fetch_model`; the first
-on a node downloads, the rest hit.
+on a node downloads, the rest hit. Only the driver's call counts as the job's hit (``count_hit``), so
+``rayft cache list`` counts jobs, not processes.
 """
 
 from __future__ import annotations
@@ -54,17 +55,20 @@ class Fetched:
         return {**dataclasses.asdict(self), "hit": self.hit}
 
 
-def fetch_model(path: str, revision: str | None = None, root: str | None = None) -> Fetched:
-    """A local directory holding the model at ``path`` (downloading it into the cache if needed)."""
+def fetch_model(path: str, revision: str | None = None, root: str | None = None, *, count_hit: bool = True) -> Fetched:
+    """A local directory holding the model at ``path`` (downloading it into the cache if needed).
+
+    ``count_hit=False`` for the job's other processes (tokenizer actors, training workers): the driver's
+    call already counted the job's hit."""
     start = time.perf_counter()
     if path.startswith("s3://"):
-        return _from_s3(path, root or cache.default_root(), start)
+        return _from_s3(path, root or cache.default_root(), start, count_hit)
     if Path(path).expanduser().is_dir():
         return Fetched(str(Path(path).expanduser()), "local")
     return _from_hub(path, revision, start)
 
 
-def _from_s3(uri: str, root: str, start: float) -> Fetched:
+def _from_s3(uri: str, root: str, start: float, count_hit: bool) -> Fetched:
     import pyarrow.fs as pafs
     from filelock import FileLock
 
@@ -89,7 +93,8 @@ def _from_s3(uri: str, root: str, start: float) -> Fetched:
                 size = sum(s for _, s, _ in listing)
                 cache.commit(entry, payload, {"description": f"model {uri}", "bytes": size, "files": len(listing)})
                 return Fetched(payload.path, "download", size, time.perf_counter() - start)
-    cache.record_hit(entry)
+    if count_hit:
+        cache.record_hit(entry)
     return Fetched(cache.payload_of(entry, meta).path, "cache", 0, time.perf_counter() - start)
 
 

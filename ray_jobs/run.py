@@ -55,6 +55,7 @@ def run(
     overwrite: bool = False,
     chaos: Chaos = NO_CHAOS,
     owner: str = "",
+    inputs: preflight.DataInputs | None = None,
 ) -> JobResult:
     """Run ``spec`` to completion on Ray (a local cluster unless ``address``); raise on failure.
 
@@ -62,17 +63,20 @@ def run(
     it with the spec's hash, and a run resumes only its own owner's checkpoints of the same spec.
 
     ``chaos`` injects failures and slowdowns, for the recovery and diagnosis tests (``ray_jobs.chaos``).
+
+    ``inputs``: the caller's own :func:`preflight.check` of the same spec (``rayft train`` checks before its
+    progress view starts), so the data is listed once per job.
     """
     start = time.time()
     profile = JobProfile(start)
     with profile.phase("preflight"):
-        preflight.check(spec)
+        inputs = inputs or preflight.check(spec)
         spec = spec.with_absolute_paths()
         run_dir = storage.location(spec.run_dir)
         _claim_run_dir(run_dir, overwrite)
     # Files are written locally, then uploaded when the run dir is remote (s3://).
     staging = Path(run_dir.path) if run_dir.is_local else Path(tempfile.mkdtemp(prefix="rayft-run-"))
-    job = _Job(spec, run_dir, staging, profile, on_event or (lambda event: None), chaos, RunIdentity.of(spec, owner))
+    job = _Job(spec, inputs, run_dir, staging, profile, on_event or (lambda event: None), chaos, RunIdentity.of(spec, owner))
     try:
         return job.run(address)
     finally:
@@ -84,6 +88,7 @@ def run(
 @dataclasses.dataclass
 class _Job:
     spec: FineTuneSpec
+    inputs: preflight.DataInputs
     run_dir: storage.Location
     staging: Path
     profile: JobProfile
@@ -108,10 +113,10 @@ class _Job:
 
         emit(Event("phase", {"phase": "model", "detail": f"fetching {spec.model.path}"}))
         with profile.phase("model_fetch"):
-            model = fetch_model(spec.model.path, spec.model.revision)
+            model = fetch_model(spec.model.path, spec.model.revision)  # the job's one fetch on the driver
         emit(Event("phase", {"phase": "data", "detail": f"model: {model.describe()}"}))
         with profile.phase("data_prepare"):
-            prepared = prepare(spec, self.chaos)
+            prepared = prepare(spec, self.chaos, self.inputs, model)
             total_steps = spec.train.max_steps or _count_steps(spec, prepared.datasets)
         loop = LoopConfig(spec, total_steps, profile.start, self.identity, has_eval="eval" in prepared.datasets, chaos=self.chaos)
 
@@ -138,7 +143,7 @@ class _Job:
                 )
             quality = prepared.quality_report()
             quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
-            _export(result.checkpoint, spec, self.staging / "adapter")
+            _export(result.checkpoint, model.path, self.staging / "adapter")
         adapter_uri = self.run_dir.child("adapter").uri
         summary = summarize(spec, self.history, profile, adapter_uri)
         summary["caches"] = {"dataset": prepared.cache, "model": model.to_dict()}
@@ -250,14 +255,11 @@ def _count_steps(spec: FineTuneSpec, datasets: dict[str, Any]) -> int:
     return steps_per_epoch * spec.train.epochs
 
 
-def _export(checkpoint: Any, spec: FineTuneSpec, target: Path) -> None:
-    """Copy the final adapter out of the last checkpoint, with the tokenizer beside it."""
-    import shutil
-
+def _export(checkpoint: Any, model_dir: str, target: Path) -> None:
+    """Copy the final adapter out of the last checkpoint, with the tokenizer (from the driver's copy of the
+    base, ``model_dir``) beside it."""
     from transformers import AutoTokenizer
 
     with checkpoint.as_directory() as directory:
         shutil.copytree(Path(directory) / "adapter", target, dirs_exist_ok=True)
-    from ray_jobs.model_cache import fetch_model
-
-    AutoTokenizer.from_pretrained(fetch_model(spec.model.path, spec.model.revision).path).save_pretrained(target)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(target)

@@ -137,18 +137,18 @@ def peek_columns(files: Files) -> list[str]:
     return list(row)
 
 
-def read_records(path: str) -> ray.data.Dataset:
+def read_records(files: Files, path: str) -> ray.data.Dataset:
     """One row per record, unparsed, with where it came from: ``{"source", "file", "line", "record"}``.
 
     ``record`` is the JSON text of the row (a JSONL line as written; CSV and Parquet rows are
     re-encoded), parsed by the tokenizer actors so that a bad line is counted there, not fatal here.
     ``line`` is the 1-based line of a JSONL file, or the row number of the other file types; ``file`` is the
     file's index in the sorted listing, so that "the first bad row" means first in the data.
-    Every file is read whole, once, in parallel (``ray.data.read_binary_files``).
+    Every file is read whole, once, in parallel (``ray.data.read_binary_files``). ``files``: ``path``'s
+    listing, made once by the driver (``ray_jobs.preflight``).
     """
     import ray.data
 
-    files = data_files(path)
     return ray.data.read_binary_files(files.paths, filesystem=files.fs, include_paths=True).flat_map(
         split_records,
         fn_kwargs={

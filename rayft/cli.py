@@ -160,8 +160,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ray_jobs import preflight
 
     spec = load_spec(args.spec, args.set)
-    fmt = preflight.check(spec)
-    print(f"ok: {spec.name}: model {spec.model.path}, data {spec.data.path} ({fmt}), {spec.scaling.num_workers} worker(s)")
+    inputs = preflight.check(spec)
+    print(
+        f"ok: {spec.name}: model {spec.model.path}, data {spec.data.path} ({inputs.format}, {len(inputs.files.paths)} "
+        f"file(s)), {spec.scaling.num_workers} worker(s)"
+    )
     return 0
 
 
@@ -171,10 +174,10 @@ def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
     from ray_jobs.run import run
     from rayft.progress import ProgressView
 
-    preflight.check(spec)  # fail fast, before the progress view and the cluster start
+    inputs = preflight.check(spec)  # fail fast, before the progress view and the cluster start
     with ProgressView(spec.name, spec.train.max_steps) as view:
         chaos = Chaos(fail_at_step=args.inject_failure_at)
-        result = run(spec, address=args.address, on_event=view, chaos=chaos, overwrite=args.overwrite)
+        result = run(spec, address=args.address, on_event=view, chaos=chaos, overwrite=args.overwrite, inputs=inputs)
     view.print_summary(result.summary)
     return 0
 

@@ -7,6 +7,7 @@ and is skipped elsewhere. ``make test`` runs unit and integration tests; GPU tes
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import types
 from pathlib import Path
@@ -16,6 +17,21 @@ import pytest
 from rayft_contract.spec import FineTuneSpec
 
 PRESETS = Path(__file__).resolve().parents[1] / "ray_jobs" / "presets"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """moto's request recorder (``s3_requests``) writes to ``MOTO_RECORDER_FILEPATH``, read once when moto is
+    first imported: point it at a temp file before any test module imports moto (default: the working dir)."""
+    import tempfile
+
+    config._rayft_moto_dir = tempfile.mkdtemp(prefix="rayft-moto-")  # type: ignore[attr-defined]
+    os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(config._rayft_moto_dir, "requests.jsonl"))  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    shutil.rmtree(getattr(config, "_rayft_moto_dir", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -96,6 +112,30 @@ def s3_server():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture
+def s3_requests(s3_server):
+    """Record every request the S3 server gets inside a ``with s3_requests() as got:`` block, from any process
+    (the driver, Ray workers); ``got`` is then the list of ``(method, url)``. moto's own recorder."""
+    import contextlib
+
+    import requests
+
+    @contextlib.contextmanager
+    def recording():
+        api = f"{s3_server}/moto-api/recorder"
+        requests.post(f"{api}/reset-recording", timeout=10).raise_for_status()
+        requests.post(f"{api}/start-recording", timeout=10).raise_for_status()
+        got: list[tuple[str, str]] = []
+        try:
+            yield got
+        finally:
+            requests.post(f"{api}/stop-recording", timeout=10).raise_for_status()
+            lines = requests.get(f"{api}/download-recording", timeout=10).text.splitlines()
+            got.extend((e["method"], e["url"]) for e in map(json.loads, filter(None, lines)))
+
+    return recording
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from ray_jobs import cache
 from ray_jobs.dataset_cache import prepare
+from ray_jobs.preflight import data_inputs
 from ray_jobs.quality import DataQualityError
 from ray_jobs.run import run
 from ray_jobs.tiny import write_dataset_with_bad_rows
@@ -47,7 +49,12 @@ def bucket(s3_server, tiny, tmp_path_factory):
     return {"data_bytes": sum(map(len, parts)), "model_bytes": model_bytes, "bad_at": bad_at}
 
 
-def test_second_run_downloads_and_tokenizes_nothing(ray_cluster, bucket, tiny_spec):
+def data_requests(requests: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The requests that touched the bucket's ``data/`` prefix (listings, HEADs and GETs of its files)."""
+    return sorted((m, u) for m, u in requests if "data" in u and "models" not in u)
+
+
+def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once(ray_cluster, bucket, tiny_spec, s3_requests):
     spec = replace(tiny_spec, "model", path="s3://rayft-cache/models/tiny")
     spec = replace(spec, "data", path="s3://rayft-cache/data/", overlong="drop")
     spec = replace(spec, "train", max_steps=4, log_every=2, checkpoint_every=4, eval_every=None)
@@ -68,7 +75,20 @@ def test_second_run_downloads_and_tokenizes_nothing(ray_cluster, bucket, tiny_sp
     assert (kind, f"s3://rayft-cache/data/part-0.jsonl.gz:{line}") in where, where
     assert cold["steps"] == 4
 
-    warm = run(spec.replace(name="warm")).summary
+    def model_hits() -> int:
+        return next(
+            e.hits for e in cache.list_entries() if e.kind == "models" and "s3://rayft-cache/models/tiny" in e.description
+        )
+
+    hits_before = model_hits()
+    with s3_requests() as job:
+        warm = run(spec.replace(name="warm")).summary
+    with s3_requests() as one_look:
+        data_inputs(spec)
+    # The whole job (preflight, cache key, dataset hit, training, export) touched the data exactly as one
+    # look-up does: one listing, one peek at the first row, one size check. It used to list it 7 times.
+    assert data_requests(job) == data_requests(one_look) and data_requests(job), (job, one_look)
+    assert model_hits() == hits_before + 1, "one hit per job, not one per process"
     data, model = warm["caches"]["dataset"], warm["caches"]["model"]
     assert (data["hit"], data["bytes_downloaded"], data["rows_tokenized"]) == (True, 0, 0)
     assert data["key"] == cold["caches"]["dataset"]["key"]
