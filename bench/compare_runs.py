@@ -41,7 +41,7 @@ def table(runs: dict[str, dict]) -> str:
         diff = max((abs(run["losses"][i] / ref["losses"][i] - 1) for i in common), default=float("nan"))
         mfu = s.get("mfu")
         rows.append(
-            f"| {name} | {s['spec']['train']['micro_batch_size']} | {s.get('kernels') or '-'} "
+            f"| {name} | {s.get('micro_batch') or s['spec']['train']['micro_batch_size']} | {s.get('kernels') or '-'} "
             f"| {s['steady_tokens_per_s']:,.0f} | {s['steady_tokens_per_s'] / base_tps:.2f}x "
             f"| {'-' if mfu is None else f'{mfu:.1%}'} | {s.get('gpu_mem_peak_gb') or 0:.1f} "
             f"| {s.get('time_to_first_step_s') or 0:.1f} | {run['data_wait']:.1%} | {diff:.2%} over {len(common)} steps |"

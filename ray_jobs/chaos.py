@@ -21,6 +21,14 @@ class Chaos:
     slow_step_s: float = 0.0
     fail_at_step: int | None = None
     """Rank 1 (or 0 alone) raises :class:`InjectedFailure` once, after this step: Ray Train must recover."""
+    oom_above_rows: int | None = None
+    """A micro-batch of more rows raises torch's ``OutOfMemoryError``, as a GPU too small for it would."""
+
+    def check_memory(self, rows: int) -> None:
+        if self.oom_above_rows is not None and rows > self.oom_above_rows:
+            import torch
+
+            raise torch.OutOfMemoryError(f"injected: a micro-batch of {rows} rows > {self.oom_above_rows}")
 
     def slow_tokenizer(self) -> None:
         if self.tokenize_delay_s:

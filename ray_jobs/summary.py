@@ -39,6 +39,7 @@ def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], profile: JobPro
         "layout": last.get("layout"),
         "quantized_layers": last.get("quantized_layers"),
         "kernels": last.get("kernels"),
+        "micro_batch": last.get("micro_batch"),
         "restarts": sum(e["kind"] == "failure" for e in history),
         "reported_steps": [e["step"] for e in trained],
         "timing": {"phases": profile.breakdown(wall), "warmup_steps": profile.warmup_steps()},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -22,6 +23,7 @@ from ray_jobs import strategy as strategies
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
 from ray_jobs.evaluation import EvalBatches, evaluate
+from ray_jobs.memory import MicroBatches
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.packing import trim_padding
@@ -85,6 +87,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     batches = _micro_batches(shard, spec, state, device)
     first_step_s: float | None = None
     accum = spec.grad_accum_steps
+    micro = MicroBatches(train.micro_batch_size, world)
     model.train()
     about = {
         "trainable_params": trainable,
@@ -92,6 +95,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         "peak_flops": peak_flops(device),
         "world_size": world,
         "kernels": fused.describe(),
+        "micro_batch": micro.describe(),
         **layout,
     }
     if cfg.has_eval and state.step == 0:  # the baseline the run is judged against
@@ -113,18 +117,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             counts = strategies.all_reduce(counts.to(device)).cpu()
         with meter.phase("forward_backward", gpu=True):
             tokens_per_rank = counts[0].clamp(min=1) / world  # HF loss: sum over tokens / this = global mean
-            loss_sum = torch.zeros((), device=device)
-            for i, batch in enumerate(group):
-                with strategy.grad_sync(model, enabled=i == accum - 1), autocast(spec, device):
-                    out = model(
-                        input_ids=batch["input_ids"],
-                        position_ids=batch["position_ids"],
-                        labels=batch["labels"],
-                        num_items_in_batch=tokens_per_rank.to(device),
-                        use_cache=False,
-                    )
-                strategy.backward(out.loss)
-                loss_sum += out.loss.detach()
+            while True:
+                try:
+                    loss_sum = _forward_backward(model, strategy, micro.pieces(group), spec, device, tokens_per_rank, cfg.chaos)
+                    break
+                except torch.OutOfMemoryError as oom:  # once, alone: halve the micro-batch (ray_jobs.memory)
+                    micro.back_off(oom, state.step + 1, free=functools.partial(_free, oom, optimizer, device))
+                    about["micro_batch"] = micro.describe()
             cfg.chaos.slow_step(state.step + 1)
         with meter.phase("optimizer", gpu=True):
             strategy.step(optimizer, scheduler, params, train.max_grad_norm)
@@ -181,6 +180,43 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         {"step": state.step, "total_steps": cfg.total_steps, "final": True, "worker_end_ts": time.time(), **meter.window()}
     )
     trace.finish()
+
+
+def _forward_backward(
+    model: Any, strategy: Any, pieces: list[dict[str, Any]], spec: FineTuneSpec, device: Any, tokens_per_rank: Any, chaos: Chaos
+) -> Any:
+    """Forward and backward over one step's micro-batches, gradients synchronized on the last; the summed loss."""
+    import torch
+
+    loss_sum = torch.zeros((), device=device)
+    for i, batch in enumerate(pieces):
+        chaos.check_memory(len(batch["num_tokens"]))
+        with strategy.grad_sync(model, enabled=i == len(pieces) - 1), autocast(spec, device):
+            out = model(
+                input_ids=batch["input_ids"],
+                position_ids=batch["position_ids"],
+                labels=batch["labels"],
+                num_items_in_batch=tokens_per_rank.to(device),
+                use_cache=False,
+            )
+        strategy.backward(out.loss)
+        loss_sum += out.loss.detach()
+    return loss_sum
+
+
+def _free(error: BaseException, optimizer: Any, device: Any) -> None:
+    """Release what a step that ran out of memory still holds: the activations its traceback keeps alive, the
+    partial gradients, the allocator's cached blocks."""
+    import gc
+    import traceback
+
+    import torch
+
+    traceback.clear_frames(error.__traceback__)
+    optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 @contextlib.contextmanager

@@ -128,6 +128,8 @@ def _efficiency_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         rows.insert(0, ("MFU (HFU)", f"{eff['mfu']:.1%} ({eff['hfu']:.1%})"))
     if summary.get("kernels"):
         rows.append(("kernels", summary["kernels"]))
+    if summary.get("micro_batch"):
+        rows.append(("micro-batch", summary["micro_batch"]))
     return rows
 
 

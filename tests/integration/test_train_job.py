@@ -90,6 +90,17 @@ def test_qlora_nf4_runs_on_the_cpu_backend(ray_cluster, tiny_spec):
     assert summary["eval_loss"] < summary["initial_eval_loss"] - 0.5, summary
 
 
+def test_a_step_out_of_memory_halves_the_micro_batch_once_and_the_job_trains_on(ray_cluster, tiny_spec):
+    spec = with_train(tiny_spec, max_steps=20, micro_batch_size=4, global_batch_size=8, eval_every=None, log_every=5)
+    spec = spec.replace(name="tiny-oom", scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1))
+    summary = run(spec, chaos=Chaos(oom_above_rows=2)).summary  # a micro-batch of 4 rows "does not fit"
+
+    assert summary["micro_batch"] == "2 (step 1 ran out of GPU memory at micro-batch 4: halved, global batch unchanged)"
+    assert summary["restarts"] == 0, "backed off in place, no Ray Train restart"
+    assert summary["steps"] == 20 and summary["samples"] > 0
+    assert summary["eval_loss"] < 0.7 * summary["initial_eval_loss"], summary
+
+
 def test_worker_failure_resumes_from_the_last_checkpoint(ray_cluster, tiny_spec):
     spec = with_train(tiny_spec, max_steps=14, checkpoint_every=4, log_every=1, eval_every=None)
     spec = spec.replace(name="tiny-chaos", data=dataclasses.replace(spec.data, val_fraction=0.0))
