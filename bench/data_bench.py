@@ -10,6 +10,8 @@
 2. Cold versus warm start of the same job, data (gzipped JSONL) and model both in S3 (a local moto
    server): time to the first step, bytes downloaded and rows tokenized, read from each job's summary.
    (``--skip-start`` skips this part.)
+3. After each fill, one shuffled epoch read back through ``ray_jobs.data_order`` as a trainer reads it
+   (``epoch_read_s``, ``packed_rows``): the cost of the per-epoch order.
 
 Writes ``bench/out/data_bench.json`` and ``bench/out/data_bench.png``.
 """
@@ -114,7 +116,9 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     start = time.perf_counter()
     prepared = prepare(spec)
     seconds = time.perf_counter() - start
-    tokens = prepared.datasets["train"].sum("num_tokens")
+    start = time.perf_counter()  # one shuffled epoch read back the way a trainer reads it
+    tokens = prepared.order.dataset(0, world=1, micro_batch_size=1).sum("num_tokens")
+    epoch_read_s = time.perf_counter() - start
     rows = prepared.cache["rows_tokenized"]
     start = time.perf_counter()
     files = data_files(spec.data.path)
@@ -126,6 +130,8 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
         "rows_per_s": rows / seconds,
         "tokens_per_s": tokens / seconds,
         "tokenize_only_s": only,
+        "packed_rows": prepared.order.rows,
+        "epoch_read_s": epoch_read_s,
     }
 
 

@@ -23,6 +23,9 @@ class Chaos:
     """Rank 1 (or 0 alone) raises :class:`InjectedFailure` once, after this step: Ray Train must recover."""
     oom_above_rows: int | None = None
     """A micro-batch of more rows raises torch's ``OutOfMemoryError``, as a GPU too small for it would."""
+    record_rows: bool = False
+    """Each worker appends the ids of the rows of every step to ``{run_dir}/rows-seen/rank{r}.jsonl``
+    (a local run dir), for the tests of the training order."""
 
     def check_memory(self, rows: int) -> None:
         if self.oom_above_rows is not None and rows > self.oom_above_rows:
@@ -41,6 +44,17 @@ class Chaos:
     def slow_step(self, step: int) -> None:
         if step <= self.slow_steps:
             time.sleep(self.slow_step_s)
+
+    def rows_seen(self, step: int, rank: int, run_dir: str, ids: list) -> None:
+        if not self.record_rows or any(i is None for i in ids):
+            return
+        import json
+        from pathlib import Path
+
+        path = Path(run_dir, "rows-seen", f"rank{rank}.jsonl")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as out:
+            out.write(json.dumps({"step": step, "rows": [int(i) for t in ids for i in t.tolist()]}) + "\n")
 
     def maybe_fail(self, step: int, rank: int, world: int, run_dir: str) -> None:
         """Raise once per run (a marker file in the run directory remembers that it did)."""

@@ -102,7 +102,8 @@ def load(
     scheduler: Any,
     identity: RunIdentity,
 ) -> TrainState:
-    """Restore the trainable weights, optimizer and scheduler into place; return the train state."""
+    """Check the checkpoint is this run's; restore the trainable weights, optimizer and scheduler into place;
+    return the train state."""
     with checkpoint.as_directory() as directory:
         saved, state = read(Path(directory), identity)
     strategy.load_state_dict(model, optimizer, saved["model"], saved["optimizer"])
@@ -112,12 +113,17 @@ def load(
 
 def step_of(checkpoint: ray.train.Checkpoint) -> int | None:
     """The optimizer step a checkpoint was taken at (from its JSON, nothing else read)."""
+    try:
+        return state_of(checkpoint).step
+    except CheckpointRefused:
+        return None
+
+
+def state_of(checkpoint: ray.train.Checkpoint) -> TrainState:
+    """Where a checkpoint's run stood (step, data position, counts), from its JSON alone: known before the
+    model loads. Whose run it is is checked by :func:`load`."""
     with checkpoint.as_directory() as directory:
-        path = Path(directory) / "train_state.json"
-        try:
-            return int(json.loads(path.read_text())["state"]["step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return TrainState(**_manifest(Path(directory))["state"])
 
 
 def write(directory: Path, states: dict[str, Any], state: TrainState, identity: RunIdentity) -> None:
@@ -135,16 +141,8 @@ def read(directory: Path, identity: RunIdentity) -> tuple[dict[str, Any], TrainS
     """What :func:`write` wrote, after checking it is this run's; raises ``CheckpointRefused``."""
     from safetensors.torch import load_file
 
-    path = directory / "train_state.json"
-    if not path.is_file():
-        raise CheckpointRefused(f"checkpoint {directory}: no train_state.json (not a rayft checkpoint of format {FORMAT})")
-    try:
-        manifest = json.loads(path.read_text())
-        owner, spec_hash, version = manifest["owner"], manifest["spec_hash"], manifest["format"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointRefused(f"checkpoint {directory}: train_state.json is not a rayft manifest ({exc})") from None
-    if version != FORMAT:
-        raise CheckpointRefused(f"checkpoint {directory}: format {version!r}, this rayft reads {FORMAT}")
+    manifest = _manifest(directory)
+    owner, spec_hash = manifest["owner"], manifest["spec_hash"]
     if owner != identity.owner:
         raise CheckpointRefused(f"checkpoint {directory}: the run was started by {owner!r}, not {identity.owner!r}")
     if spec_hash != identity.spec_hash:
@@ -153,6 +151,24 @@ def read(directory: Path, identity: RunIdentity) -> tuple[dict[str, Any], TrainS
         )
     tensors = load_file(str(directory / "train_state.safetensors"))
     return _unpack(manifest["states"], tensors), TrainState(**manifest["state"])
+
+
+def _manifest(directory: Path) -> dict[str, Any]:
+    """``train_state.json``, if it is a rayft manifest of this format; raises ``CheckpointRefused``."""
+    path = directory / "train_state.json"
+    if not path.is_file():
+        raise CheckpointRefused(f"checkpoint {directory}: no train_state.json (not a rayft checkpoint of format {FORMAT})")
+    try:
+        manifest = json.loads(path.read_text())
+        missing = {"format", "owner", "spec_hash", "state", "states"} - set(manifest)
+        if missing:
+            raise KeyError(", ".join(sorted(missing)))
+        TrainState(**manifest["state"])  # a field missing or unknown: TypeError
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointRefused(f"checkpoint {directory}: train_state.json is not a rayft manifest ({exc})") from None
+    if manifest["format"] != FORMAT:
+        raise CheckpointRefused(f"checkpoint {directory}: format {manifest['format']!r}, this rayft reads {FORMAT}")
+    return manifest
 
 
 def _pack(value: Any, tensors: dict[str, Any]) -> Any:

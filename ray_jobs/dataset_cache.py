@@ -25,12 +25,15 @@ from typing import Any
 from ray_jobs import cache
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.data import TOKEN_COLUMNS, new_ledger, tokenize
+from ray_jobs.data_order import CachedOrder, CacheFile
 from ray_jobs.model_cache import Fetched, fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
 from ray_jobs.quality import QualityReport
 from rayft_contract.spec import FineTuneSpec
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
+"""3: rows written in the data's order (``preserve_order``), each split's files and row counts in the
+manifest (the training order is built from them, see ``ray_jobs.data_order``)."""
 ROWS_PER_FILE = 512
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -50,11 +53,14 @@ class Prepared:
     """What the trainer gets: Ray datasets by split, plus how they were made (for the summary)."""
 
     datasets: dict[str, Any]
+    """What Ray Train splits over the workers: ``eval``, and ``train`` when streaming."""
     cache: dict[str, Any]
     """``hit``, ``key``, ``uri``, ``bytes_downloaded``, ``rows_tokenized``, ``seconds``."""
     ledger: Any = None
     """Streaming mode: the live :class:`RowLedger` (the report is final only after training)."""
     quality: QualityReport | None = None
+    order: CachedOrder | None = None
+    """Cache mode: the training split's files, read by each worker in the epoch's order."""
 
     def quality_report(self) -> QualityReport:
         import ray
@@ -98,7 +104,15 @@ def prepare(
     else:
         cache.record_hit(entry)
     payload = cache.payload_of(entry, meta)
-    datasets = {s: _read_split(payload, s) for s in splits if meta["rows_by_split"].get(s)}
+    datasets = {"eval": _read_split(payload, "eval")} if meta["rows_by_split"].get("eval") else {}
+    order = CachedOrder(
+        fs=payload.fs,
+        files=tuple(CacheFile(payload.child(name).path, rows) for name, rows in meta["files"]["train"]),
+        seed=spec.train.seed,
+        shuffle=data.shuffle,
+        window_rows=data.shuffle_buffer_rows,
+        node_id=_this_node() if payload.is_local else None,
+    )
     info = {
         "enabled": True,
         "hit": hit,
@@ -109,7 +123,7 @@ def prepare(
         "packed_rows": meta["rows_by_split"],
         "seconds": time.perf_counter() - start,
     }
-    return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]))
+    return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]), order=order)
 
 
 def dataset_key(spec: FineTuneSpec, inputs: DataInputs | None = None, model: Fetched | None = None) -> tuple[str, dict[str, Any]]:
@@ -158,13 +172,17 @@ def _fill(
     payload = cache.new_payload(entry)
     try:
         tokens = tokenize(data, inputs.files, inputs.format, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
+        # Rows leave the tokenizer pool in the data's order, so the entry's own order is the data's: what
+        # data.shuffle=false trains on (a curriculum), and the same entry whatever the actors' timing.
+        tokens.context.execution_options.preserve_order = True
         # Files of at least ROWS_PER_FILE packed rows (a few MB), not one per tokenizer batch: fewer read tasks later.
         tokens.write_parquet(
             payload.path, filesystem=payload.fs, partition_cols=["split"], min_rows_per_file=ROWS_PER_FILE, **_on_this_node(entry)
         )
         report: QualityReport = ray.get(ledger.get.remote())
         report.check(data.max_bad_row_frac)
-        rows_by_split = {s: _read_split(payload, s).count() if payload.child(f"split={s}").exists() else 0 for s in splits}
+        files = {s: _files_of(payload, s) for s in splits}
+        rows_by_split = {s: sum(rows for _, rows in files[s]) for s in splits}
     except BaseException:
         payload.delete()
         raise
@@ -176,6 +194,7 @@ def _fill(
         "source_bytes": inputs.bytes,
         "quality": report.to_dict(),
         "rows_by_split": rows_by_split,
+        "files": files,
     }
     return cache.commit(entry, payload, meta)
 
@@ -191,15 +210,31 @@ def _read_split(payload: Any, split: str) -> Any:
     return ds.select_columns(TOKEN_COLUMNS)
 
 
+def _files_of(payload: Any, split: str) -> list[tuple[str, int]]:
+    """``(path under the payload, rows)`` of a split's Parquet files, in the order they were written
+    (Ray names them by write task, and the tasks take the rows in order)."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    where = payload.child(f"split={split}")
+    if not where.exists():
+        return []
+    infos = payload.fs.get_file_info(pafs.FileSelector(where.path, recursive=True))
+    paths = sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+    prefix = payload.path.rstrip("/") + "/"
+    return [(p[len(prefix) :], pq.read_metadata(p, filesystem=payload.fs).num_rows) for p in paths]
+
+
+def _this_node() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
 def _on_this_node(loc: Any) -> dict[str, Any]:
     """A local cache directory exists on the driver's node only: run its reads and writes there."""
     if not loc.is_local:
         return {}
-    import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return {
-        "ray_remote_args": {
-            "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        }
-    }
+    return {"ray_remote_args": {"scheduling_strategy": NodeAffinitySchedulingStrategy(_this_node(), soft=False)}}

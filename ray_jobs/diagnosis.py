@@ -9,7 +9,7 @@ bottleneck; a job with no finding is compute-bound, and says so without an alarm
 | `data_bound`      | waiting for data >= 10% of steady step time (its longest wait left out) |
 | `slow_checkpoint` | periodic checkpoint saves >= 5% of the training loop's time       |
 | `padding`         | padding >= 30% of the tokens the model ran on                     |
-| `warmup`          | warm-up steps >= 2x slower than steady, costing >= 10% of training |
+| `warmup`          | warm-up steps >= 2x slower than steady, costing >= 10% of training and >= 3% of wall time |
 | `grad_checkpointing` | gradient checkpointing on with >= 40% of GPU memory unused     |
 | `slow_eval`       | evaluation (the baseline included) >= 15% of the job's wall time  |
 
@@ -20,7 +20,10 @@ gets the same verdict on an idle GPU host and on a busy 2-core laptop:
   longest wait is left out;
 - the final save happens at any ``train.checkpoint_every``, so only the periodic saves, which that field
   controls, count, and they are weighed against the loop's time, not a start-up-dominated wall time;
-- warm-up is judged against the run's own step-to-step noise (``ray_jobs.profile``).
+- warm-up is judged against the run's own step-to-step noise (``ray_jobs.profile``), and must cost a
+  share of the job's wall time a user would notice: a tiny run trains for 2 s, so on 2 cores the first
+  steps sharing the CPU with the workers' data reads (0.2 s in all, 2.4x slower) were "10% of
+  training" while being 0.5% of the job.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ CHECKPOINT_FRAC = 0.05
 PADDING_FRAC = 0.30
 WARMUP_SLOWDOWN = 2.0
 WARMUP_COST_FRAC = 0.10
+WARMUP_WALL_FRAC = 0.03
 FREE_MEMORY_FRAC = 0.40
 EVAL_FRAC = 0.15
 
@@ -100,7 +104,8 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
     slowdown = profile.warmup_slowdown()
     train_time = sum(s.wall for s in profile.steps)
     warmup_extra = rows["warmup_steps"] - k * eff["step_time_s"] if k else 0.0
-    if k and slowdown >= WARMUP_SLOWDOWN and warmup_extra / train_time >= WARMUP_COST_FRAC:
+    material = warmup_extra / train_time >= WARMUP_COST_FRAC and warmup_extra / wall >= WARMUP_WALL_FRAC
+    if k and slowdown >= WARMUP_SLOWDOWN and material:
         findings.append(
             Finding(
                 "warmup",

@@ -117,8 +117,16 @@ class _Job:
         emit(Event("phase", {"phase": "data", "detail": f"model: {model.describe()}"}))
         with profile.phase("data_prepare"):
             prepared = prepare(spec, self.chaos, self.inputs, model)
-            total_steps = spec.train.max_steps or _count_steps(spec, prepared.datasets)
-        loop = LoopConfig(spec, total_steps, profile.start, self.identity, has_eval="eval" in prepared.datasets, chaos=self.chaos)
+            total_steps = spec.train.max_steps or _count_steps(spec, prepared)
+        loop = LoopConfig(
+            spec,
+            total_steps,
+            profile.start,
+            self.identity,
+            has_eval="eval" in prepared.datasets,
+            order=prepared.order,
+            chaos=self.chaos,
+        )
 
         with profile.phase("trainer_setup"):
             queue = Queue()
@@ -242,10 +250,14 @@ class NothingTrained(RuntimeError):
     """The job ran and trained no step (it resumed a run already at its end): a failure, with the reason."""
 
 
-def _count_steps(spec: FineTuneSpec, datasets: dict[str, Any]) -> int:
-    """Epoch mode: tokenize up front (materialize) and count the optimizer steps."""
-    datasets["train"] = datasets["train"].materialize()
-    rows_per_worker = datasets["train"].count() // spec.scaling.num_workers
+def _count_steps(spec: FineTuneSpec, prepared: Any) -> int:
+    """Epoch mode: the optimizer steps of ``train.epochs`` passes (streaming: tokenize up front to count)."""
+    world, micro = spec.scaling.num_workers, spec.train.micro_batch_size
+    if prepared.order is not None:
+        rows_per_worker = prepared.order.rows_per_epoch(world, micro) // world
+    else:
+        prepared.datasets["train"] = prepared.datasets["train"].materialize()
+        rows_per_worker = prepared.datasets["train"].count() // world
     steps_per_epoch = rows_per_worker // spec.train.micro_batch_size // spec.grad_accum_steps
     if steps_per_epoch == 0:
         raise SpecError(

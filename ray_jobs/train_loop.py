@@ -22,6 +22,7 @@ from ray_jobs import checkpoint, kernels
 from ray_jobs import strategy as strategies
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
+from ray_jobs.data_order import ROW_ID, CachedOrder, stream_seed, worker_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.memory import MicroBatches
 from ray_jobs.metrics import StepMeter
@@ -46,6 +47,9 @@ class LoopConfig:
     identity: checkpoint.RunIdentity
     """Who started the run and from what spec: written into checkpoints, checked on resume."""
     has_eval: bool = False
+    order: CachedOrder | None = None
+    """Cache mode: the training split and its per-epoch order (``ray_jobs.data_order``). ``None``:
+    streaming, from Ray Train's ``train`` shard through a seeded shuffle buffer."""
     chaos: Chaos = NO_CHAOS
     """Test hooks: injected failures and the slowdowns the diagnosis must name (``ray_jobs.chaos``)."""
 
@@ -64,6 +68,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     setup: dict[str, Any] = {"worker_start_ts": time.time()}
 
     # -- set up -----------------------------------------------------------------------------
+    # The data's position is the checkpoint's JSON (the weights are checked and restored below). Reading
+    # starts at step 1: pulling the first batch on a thread during model load took step 1's data wait
+    # from 1.5-2.3 s to 0 in the 2-core demo, but the worker's Ray Data threads then slowed the first
+    # steps enough for the healthy-run diagnosis test to report warm-up; left for issue 12.
+    resumed = ray.train.get_checkpoint()
+    state = checkpoint.state_of(resumed) if resumed else TrainState()
+    shard = ray.train.get_dataset_shard("train") if cfg.order is None else None
+    batches = _micro_batches(cfg, state, device, rank, world, shard)
     strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
     with _timed(setup, "model_load_s"):
         base = load_base(spec, device, strategy)
@@ -78,13 +90,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
         scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
     with _timed(setup, "resume_s"):
-        resumed = ray.train.get_checkpoint()
-        state = checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity) if resumed else TrainState()
+        if resumed:
+            checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity)
     log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
 
-    shard = ray.train.get_dataset_shard("train")
     eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size) if cfg.has_eval else None
-    batches = _micro_batches(shard, spec, state, device)
     first_step_s: float | None = None
     accum = spec.grad_accum_steps
     micro = MicroBatches(train.micro_batch_size, world)
@@ -111,6 +121,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         trace.before_step(state.step + 1)
         with meter.phase("data_wait"):
             group = [next(batches) for _ in range(accum)]
+        cfg.chaos.rows_seen(state.step + 1, rank, spec.run_dir, [b.pop(ROW_ID, None) for b in group])
         counts = _count(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
         with meter.phase("h2d", gpu=True):
             group = [{k: v.to(device, non_blocking=True) for k, v in b.items()} for b in group]
@@ -228,19 +239,38 @@ def _timed(into: dict[str, float], key: str) -> Iterator[None]:
         into[key] = time.perf_counter() - t0
 
 
-def _micro_batches(shard: Any, spec: FineTuneSpec, state: TrainState, device: Any) -> Iterator[dict[str, Any]]:
-    """This worker's micro-batches over epochs, skipping those consumed before a resume."""
+def _micro_batches(
+    cfg: LoopConfig, state: TrainState, device: Any, rank: int, world: int, shard: Any
+) -> Iterator[dict[str, Any]]:
+    """This worker's micro-batches over epochs, from where ``state`` stands (a resume reads on from there).
+    ``shard``: Ray Train's ``train`` shard when streaming; ``None`` reads the cache through ``cfg.order``."""
     import torch
 
+    spec, data = cfg.spec, cfg.spec.data
+    options = {
+        "prefetch_batches": data.prefetch_batches,
+        "dtypes": torch.long,
+        "device": "cpu",  # the loop copies each micro-batch itself, timed as host-to-device
+        "pin_memory": device.type == "cuda",
+    }
+    if cfg.order is not None:
+        batches = worker_batches(
+            cfg.order, state.epoch, state.batches_in_epoch, world, rank, spec.train.micro_batch_size, options
+        )
+        for epoch, done, batch in batches:
+            state.epoch, state.batches_in_epoch = epoch, done
+            yield trim_padding(batch)
+        return
+    # Streaming: the tokenizers' output order varies with their timing, so a resume skips the same
+    # number of micro-batches, not the same rows; the buffer's seed changes every epoch.
     for epoch in itertools.count(state.epoch):
         seen = 0
         batches = shard.iter_torch_batches(
             batch_size=spec.train.micro_batch_size,
-            prefetch_batches=spec.data.prefetch_batches,
             drop_last=True,
-            dtypes=torch.long,
-            device="cpu",  # the loop copies each micro-batch itself, timed as host-to-device
-            pin_memory=device.type == "cuda",
+            local_shuffle_buffer_size=data.shuffle_buffer_rows if data.shuffle else None,
+            local_shuffle_seed=stream_seed(spec.train.seed, epoch, rank) if data.shuffle else None,
+            **options,
         )
         for index, batch in enumerate(batches):
             seen += 1

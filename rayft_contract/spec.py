@@ -167,6 +167,14 @@ class DataSpec:
     cache_uri: str | None = None
     """Dataset cache root. Default ``$RAYFT_CACHE_DIR/datasets`` (``~/.cache/rayft``) on the driver's node;
     an ``s3://`` prefix shares entries across nodes and jobs (use it on multi-node clusters)."""
+    shuffle: bool = True
+    """Train on the rows in a new random order each epoch, derived from ``train.seed``; a resumed run
+    continues the same order from the same row. Off: the data's own order (curricula), every epoch."""
+    shuffle_buffer_rows: int = 4096
+    """How many packed rows are mixed at once. Cache: the rows of random windows of this many rows
+    (whole cache files) are shuffled together, windows in a random order. Streaming: each trainer's
+    shuffle buffer, which must fill before the first step. Larger mixes better and holds more memory
+    (``max_seq_len`` x 12 bytes per row)."""
 
     def __post_init__(self) -> None:
         _check(bool(self.path.strip()), "data.path", "is required: a JSONL, JSON or Parquet file or directory")
@@ -178,6 +186,7 @@ class DataSpec:
         _positive(self.tokenize_workers, "data.tokenize_workers", at_most=1024)
         _positive(self.tokenize_batch_size, "data.tokenize_batch_size", at_most=65536)
         _check(0 <= self.prefetch_batches <= 256, "data.prefetch_batches", f"must be in [0, 256], got {self.prefetch_batches!r}")
+        _positive(self.shuffle_buffer_rows, "data.shuffle_buffer_rows", at_most=1 << 24)
         overlongs = typing.get_args(Overlong)
         _check(self.overlong in overlongs, "data.overlong", f"must be one of {overlongs}, got {self.overlong!r}")
         _check(0.0 <= self.max_bad_row_frac <= 1.0, "data.max_bad_row_frac", f"must be in [0, 1], got {self.max_bad_row_frac!r}")

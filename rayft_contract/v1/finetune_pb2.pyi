@@ -90,7 +90,7 @@ class LoraSpec(_message.Message):
     def __init__(self, r: _Optional[int] = ..., alpha: _Optional[int] = ..., dropout: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., modules_to_save: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DataSpec(_message.Message):
-    __slots__ = ("path", "format", "max_seq_len", "packing", "train_on_completions_only", "chat_template", "val_fraction", "tokenize_workers", "tokenize_batch_size", "prefetch_batches", "overlong", "max_bad_row_frac", "cache", "cache_uri")
+    __slots__ = ("path", "format", "max_seq_len", "packing", "train_on_completions_only", "chat_template", "val_fraction", "tokenize_workers", "tokenize_batch_size", "prefetch_batches", "overlong", "max_bad_row_frac", "cache", "cache_uri", "shuffle", "shuffle_buffer_rows")
     PATH_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     MAX_SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,8 @@ class DataSpec(_message.Message):
     MAX_BAD_ROW_FRAC_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
     CACHE_URI_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_BUFFER_ROWS_FIELD_NUMBER: _ClassVar[int]
     path: str
     format: str
     max_seq_len: int
@@ -119,7 +121,9 @@ class DataSpec(_message.Message):
     max_bad_row_frac: float
     cache: bool
     cache_uri: str
-    def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ...) -> None: ...
+    shuffle: bool
+    shuffle_buffer_rows: int
+    def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ..., shuffle: _Optional[bool] = ..., shuffle_buffer_rows: _Optional[int] = ...) -> None: ...
 
 class TrainSpec(_message.Message):
     __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures")

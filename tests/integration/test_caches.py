@@ -129,7 +129,7 @@ def test_a_change_in_the_key_misses_and_racing_fills_share_one_entry(ray_cluster
     assert len(entries) == 1
     payloads = [p for p in entries[0].iterdir() if p.name.startswith("data-")]
     assert len(payloads) == 1, "the loser removed its copy"
-    rows = [r.datasets["train"].count() for r in results]
+    rows = [r.order.dataset(0, world=1, micro_batch_size=1).count() for r in results]  # every row, read back
     assert rows[0] == rows[1] == results[0].cache["packed_rows"]["train"] > 0
 
     assert main(["cache", "list", "--root", str(tmp_path / "race")]) == 0
@@ -144,7 +144,7 @@ def test_shared_s3_cache_prefix(ray_cluster, s3_server, tiny_spec):
     cold, warm = prepare(spec), prepare(spec)
     assert not cold.cache["hit"] and warm.cache["hit"] and warm.cache["rows_tokenized"] == 0
     assert warm.cache["uri"].startswith("s3://rayft-shared-cache/team-a/datasets/")
-    assert warm.datasets["train"].count() == cold.cache["packed_rows"]["train"]
+    assert warm.order.dataset(0, world=1, micro_batch_size=1).count() == cold.cache["packed_rows"]["train"]
 
 
 def test_too_many_bad_rows_fail_with_the_report(ray_cluster, tiny_spec, tmp_path):

@@ -59,8 +59,11 @@ def test_slow_tokenizer_is_data_bound(ray_cluster, tiny_spec):
     # Strong enough to dominate on any machine: 0.4 s per 32 rows gave 16% data wait on an idle 2-core
     # machine and under 10% beside two CPU burners (training slows, a sleep does not); 1 s per 16 rows
     # gives 67% there.
+    # A shuffle buffer smaller than the streamed data: with the default (4096 rows, more than this whole
+    # dataset) the first step waits for every row and no later step waits, so there is no steady
+    # data-bound state to diagnose.
     chaos = Chaos(tokenize_delay_s=1.0)
-    summary, events, _ = profiled(tiny_spec, chaos, steps=20, cache=False, tokenize_batch_size=16)
+    summary, events, _ = profiled(tiny_spec, chaos, steps=20, cache=False, tokenize_batch_size=16, shuffle_buffer_rows=8)
     assert kinds(summary) == ["data_bound"], summary["diagnosis"]
     assert "data.tokenize_workers" in summary["diagnosis"][0]["message"]
     assert events == ["data_bound"]

@@ -174,3 +174,83 @@ def test_a_run_already_at_its_end_fails_with_the_reason_and_overwrite_starts_ove
         run(spec)
     again = run(spec, overwrite=True)  # starts over: every step trained again, from step 1
     assert again.summary["steps"] == 4 and again.summary["reported_steps"][0] == 2
+
+
+def write_sorted_halves(path: Path, rows: int) -> Path:
+    """A dataset sorted into two very different halves: one word repeated (learnt in a few steps, then a
+    low loss), then random words (a high loss whatever the model learns, higher still for a model that
+    learnt to repeat)."""
+    import random
+
+    from ray_jobs.tiny import SYSTEM, WORDS
+
+    rng = random.Random(3)
+    with path.open("w") as out:
+        for i in range(rows):
+            n = rng.randint(4, 8)
+            if i < rows // 2:
+                prompt, answer = "repeat alpha", ["alpha"] * n
+            else:
+                prompt, answer = f"say {n} random words", rng.choices(WORDS, k=n)
+            turns = [("system", SYSTEM), ("user", prompt), ("assistant", " ".join(answer))]
+            out.write(json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n")
+    return path
+
+
+def rows_seen(run_dir: Path) -> dict[int, list[dict]]:
+    """rank -> the ``{"step", "rows"}`` records it wrote, in order (``Chaos(record_rows=True)``)."""
+    return {
+        int(f.stem.removeprefix("rank")): [json.loads(line) for line in f.read_text().splitlines()]
+        for f in sorted((run_dir / "rows-seen").glob("rank*.jsonl"))
+    }
+
+
+def biggest_rise(losses: list[float]) -> float:
+    """The largest ratio of a step's loss to the lowest loss before it (after 4 warm-up steps)."""
+    return max(losses[s] / min(losses[:s]) for s in range(4, len(losses)))
+
+
+def test_shuffled_epochs_mix_sorted_halves_differ_per_epoch_and_resume_in_the_same_order(ray_cluster, tiny_spec, tmp_path):
+    """Issue 11. A dataset sorted into two halves, 2 epochs, shuffled (the default), a worker killed in
+    the second epoch: the loss never jumps, each epoch trains every row once in its own order, and the
+    steps re-run after the resume saw exactly the rows they saw the first time."""
+    data = write_sorted_halves(tmp_path / "sorted.jsonl", rows=700)
+    spec = with_train(tiny_spec, max_steps=None, epochs=2, log_every=1, eval_every=None, checkpoint_every=8)
+    spec = spec.replace(name="shuffled", data=dataclasses.replace(spec.data, path=str(data), val_fraction=0.0))
+    events = []
+    summary = run(spec, on_event=events.append, chaos=Chaos(fail_at_step=36, record_rows=True)).summary
+    per_epoch = summary["steps"] // 2
+    assert 18 < per_epoch < 32 and summary["restarts"] == 1  # the failure (step 36) and the resume (32) in epoch 2
+
+    seen = rows_seen(tmp_path / "runs" / "shuffled")
+    for rank, records in seen.items():
+        first = {r["step"]: r["rows"] for r in records[: [r["step"] for r in records].index(36) + 1]}
+        again = {r["step"]: r["rows"] for r in records[len(first) :]}
+        assert sorted(again) == list(range(33, 2 * per_epoch + 1)), rank  # resumed from the step-32 checkpoint
+        assert [again[s] for s in range(33, 37)] == [first[s] for s in range(33, 37)], rank  # the same rows again
+        seen[rank] = {**first, **again}
+    epochs = [
+        [i for rank in seen for s in range(1 + e * per_epoch, 1 + (e + 1) * per_epoch) for i in seen[rank][s]] for e in (0, 1)
+    ]
+    for rows in epochs:  # every row at most once an epoch; the few past the last whole batch differ per epoch
+        assert len(set(rows)) == len(rows) == per_epoch * 8
+    order = [[i for s in range(1 + e * per_epoch, 1 + (e + 1) * per_epoch) for i in seen[0][s]] for e in (0, 1)]
+    assert order[0] != order[1]  # a new order each epoch
+
+    losses = [e.data["loss"] for e in events if e.kind == "progress" and e.data["step"] <= per_epoch]
+    assert biggest_rise(losses) < 1.5, losses
+
+
+def test_with_shuffle_off_a_sorted_dataset_trains_in_its_order_and_the_loss_jumps_where_the_halves_meet(
+    ray_cluster, tiny_spec, tmp_path
+):
+    """The control: ``data.shuffle: false`` (a curriculum) trains the halves one after the other."""
+    data = write_sorted_halves(tmp_path / "sorted.jsonl", rows=700)
+    spec = with_train(tiny_spec, max_steps=None, epochs=1, log_every=1, eval_every=None, checkpoint_every=100)
+    spec = spec.replace(name="in-order", data=dataclasses.replace(spec.data, path=str(data), val_fraction=0.0, shuffle=False))
+    events = []
+    run(spec, on_event=events.append, chaos=Chaos(record_rows=True))
+    seen = rows_seen(tmp_path / "runs" / "in-order")
+    assert [i for r in seen[0] for i in r["rows"]] == sorted(i for r in seen[0] for i in r["rows"])  # the data's order
+    losses = [e.data["loss"] for e in events if e.kind == "progress"]
+    assert biggest_rise(losses) > 1.5, losses

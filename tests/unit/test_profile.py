@@ -74,6 +74,15 @@ def test_warmup_is_the_slow_prefix_and_steady_state_leaves_it_out():
     assert [f.kind for f in diagnose(p, _spec(), wall=70.0)] == ["warmup"]
 
 
+def test_a_warmup_too_small_to_notice_in_the_job_is_not_named():
+    # A tiny CPU run: 3 steps 2.4x slower, 0.25 s lost, 12% of a 2 s training loop, 0.6% of a 40 s job.
+    steps = [step(wall=0.24) for _ in range(3)] + [step(wall=0.1) for _ in range(20)]
+    p = profile_of(steps)
+    assert p.warmup_steps() == 3
+    assert diagnose(p, _spec(), wall=40.0) == []
+    assert [f.kind for f in diagnose(p, _spec(), wall=5.0)] == ["warmup"], "the same steps in a 5 s job are 5% of it"
+
+
 def test_no_warmup_in_an_even_run_and_one_slow_checkpoint_is_not_warmup():
     steps = [step(wall=1.0) for _ in range(30)]
     steps[0] = step(wall=8.0, checkpoint=7.0)

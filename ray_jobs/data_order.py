@@ -1,0 +1,214 @@
+"""The order training rows come in: shuffled per epoch from ``train.seed``, the same after a resume.
+
+With the dataset cache (the default) the training split is a list of Parquet files of packed rows
+whose row counts the cache manifest records. An epoch's order is a pure function of
+``(train.seed, epoch)``:
+
+1. the files are put in a random order (``shuffle`` off: the entry's own order, which is the data's);
+2. consecutive files are grouped into *windows* of at least ``data.shuffle_buffer_rows`` rows;
+3. the rows of each window are shuffled together (off: kept in order);
+4. the epoch keeps its first ``M`` rows, the largest multiple of ``world x micro_batch_size`` (the
+   random rows past it are dropped for this epoch only, as ``DistributedSampler(drop_last=True)``);
+5. global batch ``b`` is rows ``[b*G, (b+1)*G)`` with ``G = world x micro_batch_size``; worker ``r``
+   takes every ``world``-th row of it, from row ``r``.
+
+So every worker knows, with no coordination, which rows it trains on at any step, and a resumed run
+(``TrainState.epoch``, ``batches_in_epoch``) reads on from exactly the row where it stopped: windows
+already trained are never read again, and only the rest of the window it stopped in is skipped.
+
+How well it mixes: any two rows of one window are in uniformly random relative order, and windows
+come in a uniformly random order, so a dataset sorted by source, task, length or date is spread over
+the whole epoch at the granularity of one window. A cache file holds at least 512 packed rows, so a
+window is one file when ``shuffle_buffer_rows`` is below that, and the whole epoch when the dataset
+fits in one window (a full shuffle).
+
+Why by hand and not ``Dataset.random_shuffle``: Ray's per-epoch reseeding counts executions of the
+dataset (``RandomSeedConfig(reseed_after_execution=True)``), which start again from 0 in a resumed run,
+so epoch 3 after a resume would repeat epoch 0's order. A global shuffle also reads and moves the whole
+split before the first step. Here each epoch is a small Ray Data plan (one read task per window,
+ahead of the trainer, in order), built in the worker for the position it resumes at.
+
+Each worker reads every row of the epoch and keeps its ``1/world`` share: the read is cheap beside a
+training step (the 7B preset trained at 11,180 tokens/s on an H200, 5.5 rows of 2,048 tokens per
+second per GPU), and it keeps the split exact and independent of task timing, which Ray Data's
+``streaming_split`` does not promise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+ROW_ID = "row_id"
+"""Column added to every row read through an order: the row's index in the split's natural order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheFile:
+    path: str
+    """Inside the payload's filesystem."""
+    rows: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One read task: files read together, their rows (maybe shuffled) and the slice of them kept."""
+
+    epoch: int
+    index: int
+    files: tuple[int, ...]
+    """Indices into :attr:`CachedOrder.files`."""
+    rows: int
+    """Rows in those files."""
+    skip: int
+    """Rows of the window (after shuffling) already trained, or beyond the epoch's end."""
+    keep: int
+    """Rows kept from ``skip`` on."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Window:
+        fields = json.loads(text)
+        return cls(**{**fields, "files": tuple(fields["files"])})
+
+
+@dataclasses.dataclass(frozen=True)
+class CachedOrder:
+    """Everything a worker needs to read its rows of the cached training split, epoch by epoch."""
+
+    fs: Any
+    """pyarrow filesystem of the cache entry (local or S3)."""
+    files: tuple[CacheFile, ...]
+    seed: int
+    shuffle: bool
+    window_rows: int
+    node_id: str | None = None
+    """A local cache lives on the driver's node: read tasks are pinned there."""
+
+    @property
+    def rows(self) -> int:
+        return int(self._offsets[-1])
+
+    @functools.cached_property
+    def _offsets(self) -> np.ndarray:
+        """Where each file's rows start in the split's natural order (the row ids), and the total."""
+        return np.cumsum([0] + [f.rows for f in self.files])
+
+    def rows_per_epoch(self, world: int, micro_batch_size: int) -> int:
+        """``M``: the rows each epoch trains on, a whole number of global batches."""
+        global_batch = world * micro_batch_size
+        return self.rows // global_batch * global_batch
+
+    def windows(self, epoch: int, world: int, micro_batch_size: int, start_batch: int = 0) -> list[Window]:
+        """The read tasks of ``epoch``, from global batch ``start_batch`` on."""
+        order = np.arange(len(self.files))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.files))
+        least = self.window_rows if self.shuffle else 1  # off: a window per file, nothing to mix
+        groups: list[list[int]] = []
+        filled = least
+        for i in order.tolist():
+            if filled >= least:
+                groups.append([])
+                filled = 0
+            groups[-1].append(i)
+            filled += self.files[i].rows
+        end = self.rows_per_epoch(world, micro_batch_size)
+        done = start_batch * world * micro_batch_size
+        out, at = [], 0
+        for index, group in enumerate(groups):
+            size = sum(self.files[i].rows for i in group)
+            skip, stop = max(done - at, 0), min(end - at, size)
+            if stop > skip:
+                out.append(Window(epoch, index, tuple(group), size, skip, stop - skip))
+            at += size
+        return out
+
+    def permutation(self, window: Window) -> np.ndarray | None:
+        """The order of a window's rows (``None``: as read)."""
+        if not self.shuffle:
+            return None
+        return np.random.default_rng([self.seed, window.epoch, window.index]).permutation(window.rows)
+
+    def read(self, window: Window) -> Any:
+        """The kept rows of one window, as a pyarrow table with :data:`ROW_ID`."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables, ids = [], []
+        for i in window.files:
+            table = pq.read_table(self.files[i].path, filesystem=self.fs)
+            tables.append(table)
+            ids.append(np.arange(self._offsets[i], self._offsets[i] + table.num_rows, dtype=np.int64))
+        table = pa.concat_tables(tables).append_column(ROW_ID, pa.array(np.concatenate(ids)))
+        order = self.permutation(window)
+        if order is not None:
+            table = table.take(pa.array(order))
+        return table.slice(window.skip, window.keep)
+
+    def dataset(self, epoch: int, world: int, micro_batch_size: int, start_batch: int = 0) -> Any:
+        """A Ray dataset of ``epoch``'s rows from global batch ``start_batch`` on, in order."""
+        import ray.data
+
+        windows = self.windows(epoch, world, micro_batch_size, start_batch)
+        items = [{"window": w.to_json()} for w in windows]
+        ds = ray.data.from_items(items, override_num_blocks=max(len(items), 1))
+        ds.context.execution_options.preserve_order = True  # the order is the point
+        remote_args: dict[str, Any] = {}
+        if self.node_id is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            remote_args["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.node_id, soft=False)
+        with warnings.catch_warnings():  # remote args are deprecated in 2.60 but still the only way to pin a task
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return ds.map_batches(_ReadWindows(self), batch_size=1, batch_format="pyarrow", **remote_args)
+
+
+class _ReadWindows:
+    """Ray Data UDF: a batch of window descriptions -> their rows."""
+
+    def __init__(self, order: CachedOrder):
+        self.order = order
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        return pa.concat_tables([self.order.read(Window.from_json(w)) for w in batch.column("window").to_pylist()])
+
+
+def worker_batches(
+    order: CachedOrder,
+    epoch: int,
+    start_batch: int,
+    world: int,
+    rank: int,
+    micro_batch_size: int,
+    iter_options: dict[str, Any],
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """``(epoch, batches done in it, micro-batch)`` for worker ``rank``, forever, from the given position."""
+    global_batch = world * micro_batch_size
+    if order.rows_per_epoch(world, micro_batch_size) == 0:
+        raise RuntimeError(
+            f"the training split packs into {order.rows} rows, fewer than one global batch of {global_batch} "
+            "(micro_batch_size x num_workers): add data, or lower train.micro_batch_size or scaling.num_workers"
+        )
+    while True:
+        batches = order.dataset(epoch, world, micro_batch_size, start_batch).iter_torch_batches(
+            batch_size=global_batch, drop_last=True, **iter_options
+        )
+        for done, batch in enumerate(batches, start=start_batch + 1):
+            yield epoch, done, {k: v[rank::world].contiguous() for k, v in batch.items()}
+        epoch, start_batch = epoch + 1, 0
+
+
+def stream_seed(seed: int, epoch: int, rank: int) -> int:
+    """Streaming mode's shuffle-buffer seed for one worker's epoch (a new order each epoch)."""
+    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
