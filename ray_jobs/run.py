@@ -151,7 +151,7 @@ class _Job:
                 )
             quality = prepared.quality_report()
             quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
-            _export(result.checkpoint, model.path, self.staging / "adapter")
+            _export(result.checkpoint, spec, model.path, self.staging / "adapter")
         adapter_uri = self.run_dir.child("adapter").uri
         summary = summarize(spec, self.history, profile, adapter_uri)
         summary["caches"] = {"dataset": prepared.cache, "model": model.to_dict()}
@@ -267,11 +267,21 @@ def _count_steps(spec: FineTuneSpec, prepared: Any) -> int:
     return steps_per_epoch * spec.train.epochs
 
 
-def _export(checkpoint: Any, model_dir: str, target: Path) -> None:
+def _export(checkpoint: Any, spec: FineTuneSpec, model_dir: str, target: Path) -> None:
     """Copy the final adapter out of the last checkpoint, with the tokenizer (from the driver's copy of the
-    base, ``model_dir``) beside it."""
+    base, ``model_dir``) beside it, naming its base as the spec does.
+
+    PEFT records the directory the base was loaded from: for an ``s3://`` model that is a node's cache
+    directory, for a hub id a snapshot inside one machine's hub cache, neither of which exists where the
+    adapter is used next (another machine, vLLM, a hub upload, ``rayft merge``). The spec's ``model.path``
+    (with its revision) is what names the base everywhere."""
     from transformers import AutoTokenizer
 
     with checkpoint.as_directory() as directory:
         shutil.copytree(Path(directory) / "adapter", target, dirs_exist_ok=True)
+    config_file = target / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = spec.model.path
+    config["revision"] = spec.model.revision
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(target)

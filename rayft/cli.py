@@ -192,8 +192,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
     config = Path(args.adapter) / "adapter_config.json"
     if not config.is_file():
         raise SpecError("adapter", f"{args.adapter!r} has no adapter_config.json; point it at RUN/adapter")
-    base = args.base or json.loads(config.read_text())["base_model_name_or_path"]
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), args.adapter)
+    from ray_jobs.model_cache import fetch_model
+
+    saved = json.loads(config.read_text())
+    base = args.base or saved["base_model_name_or_path"]
+    revision = None if args.base else saved.get("revision")
+    local = fetch_model(base, revision).path  # a local dir as it is; s3:// and hub ids through the model cache
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(local), args.adapter)
     model.merge_and_unload().save_pretrained(args.out)
     AutoTokenizer.from_pretrained(args.adapter).save_pretrained(args.out)
     print(f"merged {args.adapter} into {base}: {args.out}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import shutil
 import threading
 from pathlib import Path
@@ -54,7 +55,9 @@ def data_requests(requests: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted((m, u) for m, u in requests if "data" in u and "models" not in u)
 
 
-def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once(ray_cluster, bucket, tiny_spec, s3_requests):
+def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once(
+    ray_cluster, bucket, tiny_spec, s3_requests, tmp_path
+):
     spec = replace(tiny_spec, "model", path="s3://rayft-cache/models/tiny")
     spec = replace(spec, "data", path="s3://rayft-cache/data/", overlong="drop")
     spec = replace(spec, "train", max_steps=4, log_every=2, checkpoint_every=4, eval_every=None)
@@ -74,6 +77,12 @@ def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once
     where = {(e["kind"], e["location"]) for e in quality["examples"]}
     assert (kind, f"s3://rayft-cache/data/part-0.jsonl.gz:{line}") in where, where
     assert cold["steps"] == 4
+    # The adapter names its base as the spec did, not the node's cache directory it was loaded from, so it
+    # loads anywhere the bucket is reachable: `rayft merge` finds the base by that name.
+    adapter = Path(cold["adapter_dir"])
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == spec.model.path
+    assert main(["merge", str(adapter), "--out", str(tmp_path / "merged")]) == 0
+    assert (tmp_path / "merged" / "config.json").is_file()
 
     def model_hits() -> int:
         return next(
