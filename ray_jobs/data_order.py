@@ -154,6 +154,18 @@ class CachedOrder:
             table = table.take(pa.array(order))
         return table.slice(window.skip, window.keep)
 
+    def read_all(self) -> Any:
+        """Every row in the split's natural order, as one pyarrow table (for a small split: evaluation)."""
+        return self.read(Window(0, 0, tuple(range(len(self.files))), self.rows, 0, self.rows)).drop_columns([ROW_ID])
+
+    def readable_here(self) -> bool:
+        """Whether this process can open the files itself: a remote store, or the local cache's own node."""
+        if self.node_id is None:
+            return True
+        import ray
+
+        return ray.get_runtime_context().get_node_id() == self.node_id
+
     def dataset(self, epoch: int, world: int, micro_batch_size: int, start_batch: int = 0) -> Any:
         """A Ray dataset of ``epoch``'s rows from global batch ``start_batch`` on, in order."""
         import ray.data

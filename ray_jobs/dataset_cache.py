@@ -61,6 +61,9 @@ class Prepared:
     quality: QualityReport | None = None
     order: CachedOrder | None = None
     """Cache mode: the training split's files, read by each worker in the epoch's order."""
+    eval_split: CachedOrder | None = None
+    """Cache mode: the eval split's files, which each worker reads its share of directly when it is small
+    (``ray_jobs.evaluation``); ``datasets["eval"]`` stays for workers that cannot open them."""
 
     def quality_report(self) -> QualityReport:
         import ray
@@ -105,13 +108,17 @@ def prepare(
         cache.record_hit(entry)
     payload = cache.payload_of(entry, meta)
     datasets = {"eval": _read_split(payload, "eval")} if meta["rows_by_split"].get("eval") else {}
-    order = CachedOrder(
-        fs=payload.fs,
-        files=tuple(CacheFile(payload.child(name).path, rows) for name, rows in meta["files"]["train"]),
-        seed=spec.train.seed,
-        shuffle=data.shuffle,
-        window_rows=data.shuffle_buffer_rows,
-        node_id=_this_node() if payload.is_local else None,
+    node = _this_node() if payload.is_local else None
+    order, eval_split = (
+        CachedOrder(
+            fs=payload.fs,
+            files=tuple(CacheFile(payload.child(name).path, rows) for name, rows in meta["files"].get(split, [])),
+            seed=spec.train.seed,
+            shuffle=data.shuffle and split == "train",
+            window_rows=data.shuffle_buffer_rows,
+            node_id=node,
+        )
+        for split in ("train", "eval")
     )
     info = {
         "enabled": True,
@@ -123,7 +130,8 @@ def prepare(
         "packed_rows": meta["rows_by_split"],
         "seconds": time.perf_counter() - start,
     }
-    return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]), order=order)
+    eval_split = eval_split if eval_split.files else None
+    return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]), order=order, eval_split=eval_split)
 
 
 def dataset_key(spec: FineTuneSpec, inputs: DataInputs | None = None, model: Fetched | None = None) -> tuple[str, dict[str, Any]]:

@@ -125,6 +125,7 @@ class _Job:
             self.identity,
             has_eval="eval" in prepared.datasets,
             order=prepared.order,
+            eval_split=prepared.eval_split,
             chaos=self.chaos,
         )
 

@@ -50,6 +50,8 @@ class LoopConfig:
     order: CachedOrder | None = None
     """Cache mode: the training split and its per-epoch order (``ray_jobs.data_order``). ``None``:
     streaming, from Ray Train's ``train`` shard through a seeded shuffle buffer."""
+    eval_split: CachedOrder | None = None
+    """Cache mode: the eval split's files, read directly by the workers that can (``ray_jobs.evaluation``)."""
     chaos: Chaos = NO_CHAOS
     """Test hooks: injected failures and the slowdowns the diagnosis must name (``ray_jobs.chaos``)."""
 
@@ -94,7 +96,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity)
     log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
 
-    eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size) if cfg.has_eval else None
+    eval_batches = None
+    if cfg.has_eval:
+        eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size, cfg.eval_split, rank, world)
     first_step_s: float | None = None
     accum = spec.grad_accum_steps
     micro = MicroBatches(train.micro_batch_size, world)
