@@ -8,7 +8,7 @@
     metrics.jsonl     every event of the run (progress reports with per-step timing, failures, diagnoses)
     report.png        loss, tokens/s over time and where the time went (``ray_jobs.visuals``)
     tensorboard/      the same as TensorBoard scalars
-    ray/              Ray Train's run storage (checkpoints); a re-run of an unfinished job resumes here
+    {name}/           Ray Train's run storage (checkpoints); a re-run of an unfinished job resumes here
 """
 
 from __future__ import annotations
@@ -215,7 +215,9 @@ def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: s
             resources_per_worker={"CPU": spec.scaling.cpus_per_worker},
         ),
         run_config=RunConfig(
-            name="ray",
+            # The Train run carries the job's name in the Ray dashboard (every run was "ray" before); it is
+            # also the storage folder a re-run resumes from. The Ray job itself carries the team and job id.
+            name=spec.name,
             storage_path=run_dir.path,
             storage_filesystem=run_dir.fs,
             callbacks=[ForwardReports(queue)],

@@ -1,7 +1,7 @@
 """Launching jobs on Ray through the Ray Jobs API (``JobSubmissionClient``).
 
-The rayft job id is the Ray submission id, and the team and job name go in its metadata, so the Ray
-dashboard lists every job with its owner. The entrypoint is ``python -m ray_jobs.submitted``; the job
+The rayft job id is the Ray submission id, and the team, job name, model and dataset go in its metadata,
+so the Ray dashboard lists every job with its owner and what it trains. The entrypoint is ``python -m ray_jobs.submitted``; the job
 id, the service's report address and the job's launch ticket travel as environment variables of its
 runtime environment, which the Ray dashboard shows. Nothing there is a lasting secret: the job trades
 the ticket once for its spec (no size ceiling, unlike an environment variable) and binds a report token
@@ -78,7 +78,12 @@ class RayJobLauncher:
                 entrypoint=f"{self.python} -m ray_jobs.submitted",
                 submission_id=job.id,
                 runtime_env={"env_vars": env},
-                metadata={"rayft_team": job.team, "rayft_job": job.spec.get("name", "")},
+                metadata={
+                    "rayft_team": job.team,
+                    "rayft_job": job.spec.get("name", ""),
+                    "rayft_model": job.spec.get("model", {}).get("path", ""),
+                    "rayft_data": job.spec.get("data", {}).get("path", ""),
+                },
             )
         except RuntimeError as exc:
             if "already exists" in str(exc):  # a launch retried after the service restarted

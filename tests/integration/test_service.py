@@ -161,7 +161,12 @@ def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray
     from ray.job_submission import JobSubmissionClient
 
     info = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id)
-    assert info.metadata == {"rayft_team": "team-a", "rayft_job": "svc-ok"} and str(info.status) in (
+    assert info.metadata == {
+        "rayft_team": "team-a",
+        "rayft_job": "svc-ok",
+        "rayft_model": tiny_spec.model.path,
+        "rayft_data": tiny_spec.data.path,
+    } and str(info.status) in (
         "SUCCEEDED",
         "JobStatus.SUCCEEDED",
     )

@@ -163,7 +163,7 @@ def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
         "metrics.jsonl",
     ):
         assert f"team-a/tiny-s3/{name}" in keys
-    assert any(k.startswith("team-a/tiny-s3/ray/checkpoint_") and k.endswith("train_state.safetensors") for k in keys)
+    assert any(k.startswith("team-a/tiny-s3/tiny-s3/checkpoint_") and k.endswith("train_state.safetensors") for k in keys)
     summary = json.loads(s3.get_object(Bucket="rayft-runs", Key="team-a/tiny-s3/summary.json")["Body"].read())
     assert summary["steps"] == 6
 
