@@ -7,7 +7,8 @@
     summary.json      steps, tokens, losses, the phase table, tokens/s, MFU, the diagnosis, caches, bad rows
     metrics.jsonl     every event of the run (progress reports with per-step timing, failures, diagnoses)
     report.png        loss, tokens/s over time and where the time went (``ray_jobs.visuals``)
-    tensorboard/      the same as TensorBoard scalars
+    tensorboard/      the same as TensorBoard scalars, written as the job runs
+    mlruns/           the MLflow run, when tracking.mlflow is on and no tracking URI is given
     {name}/           Ray Train's run storage (checkpoints); a re-run of an unfinished job resumes here
 """
 
@@ -30,6 +31,7 @@ from ray_jobs.checkpoint import step_of as checkpoint_step
 from ray_jobs.diagnosis import diagnose
 from ray_jobs.profile import JobProfile
 from ray_jobs.summary import summarize
+from ray_jobs.tracking import Trackers
 from rayft_contract.events import Event
 from rayft_contract.spec import FineTuneSpec, SpecError
 
@@ -80,6 +82,8 @@ def run(
     try:
         return job.run(address)
     finally:
+        if job.trackers is not None:  # the job failed before its summary: the MLflow run ends FAILED
+            job.trackers.finish(None)
         run_dir.upload(staging)
         if not run_dir.is_local:
             shutil.rmtree(staging)
@@ -97,9 +101,12 @@ class _Job:
     identity: RunIdentity
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diagnosed: set[str] = dataclasses.field(default_factory=set)
+    trackers: Trackers | None = None
+    """TensorBoard (always) and MLflow (``tracking.mlflow``), fed as events arrive; closed with the summary."""
 
     def run(self, address: str | None) -> JobResult:
         spec, profile, emit = self.spec, self.profile, self.emit
+        self.trackers = Trackers.open(spec, self.staging, self.identity.owner)
         emit(Event("phase", {"phase": "connect"}))
         with profile.phase("connect"):
             local_ray.connect(address, spec)
@@ -168,6 +175,8 @@ class _Job:
         self.history.append(event.to_dict())
         self.metrics_log.write(json.dumps(self.history[-1]) + "\n")
         self.metrics_log.flush()
+        if self.trackers is not None:
+            self.trackers.add(self.history[-1])
         if event.kind != "timing":  # the closing step records are for the profile only
             self.emit(event)
         if event.kind in ("progress", "timing"):
@@ -186,11 +195,13 @@ class _Job:
             self.emit(event)
 
     def _write_outputs(self, summary: dict[str, Any]) -> None:
-        """summary.json, TensorBoard scalars and report.png; the time they take joins the phase table."""
-        from ray_jobs.visuals import write_png, write_tensorboard
+        """summary.json, the trackers' last scalars and report.png; the time they take joins the phase table."""
+        from ray_jobs.visuals import write_png
 
         t0 = time.time()
-        write_tensorboard(self.history, summary, self.staging / "tensorboard")
+        if self.trackers is not None:
+            self.trackers.finish(summary)
+            self.trackers = None
         write_png(self.history, summary, self.staging / "report.png")
         phases = summary["timing"]["phases"]
         phases["write_reports"] = time.time() - t0

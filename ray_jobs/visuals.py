@@ -1,8 +1,8 @@
-"""What people would rather see than read: TensorBoard scalars and a one-page PNG per run.
+"""What people would rather see than read: a one-page PNG per run.
 
-Both are written into the run directory at the end of the job, from the same records as the
-summary: ``tensorboard/`` (``tensorboard --logdir runs/``) and ``report.png`` (the loss curves,
-tokens/s over time, and where the time went as one bar).
+``report.png`` (the loss curves, tokens/s over time, and where the time went as one bar) is written into
+the run directory at the end of the job, from the same records as the summary. TensorBoard scalars are
+written as the job runs (``ray_jobs.tracking``).
 """
 
 from __future__ import annotations
@@ -24,36 +24,6 @@ GROUP_COLORS = {
     Group.OTHER: "#cfd8dc",
 }
 """One colour per :class:`~rayft_contract.phases.Group`; each phase's group comes from the phase itself."""
-
-
-def write_tensorboard(history: list[dict[str, Any]], summary: dict[str, Any], directory: Path) -> None:
-    from tensorboardX import SummaryWriter
-
-    with SummaryWriter(str(directory)) as writer:
-        for event in history:
-            if event["kind"] != "progress" or "step" not in event:
-                continue
-            step = event["step"]
-            for key in (
-                "loss",
-                "eval_loss",
-                "learning_rate",
-                "tokens_per_s",
-                "samples_per_s",
-                "step_time_s",
-                "data_wait_frac",
-                "gpu_mem_peak_gb",
-            ):
-                if event.get(key) is not None:
-                    writer.add_scalar(f"train/{key}", event[key], step)
-        for name, seconds in summary["timing"]["phases"].items():
-            writer.add_scalar(f"time/{name}_s", seconds, summary["steps"])
-        for key, value in summary["efficiency"].items():
-            if isinstance(value, (int, float)):
-                writer.add_scalar(f"efficiency/{key}", value, summary["steps"])
-        writer.add_text(
-            "diagnosis", "\n\n".join(f["message"] for f in summary["diagnosis"]) or "no bottleneck found", summary["steps"]
-        )
 
 
 def grouped_phases(phases: dict[str, float]) -> dict[Group, float]:

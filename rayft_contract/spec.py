@@ -282,6 +282,28 @@ class OutputSpec:
 
 
 @dataclass(frozen=True)
+class TrackingSpec:
+    """Experiment tracking while the job runs (TensorBoard scalars are always written, live)."""
+
+    mlflow: bool = False
+    """Log the run to MLflow: parameters (the spec), metrics at every report, tags (team, model, dataset)."""
+    mlflow_uri: str | None = None
+    """MLflow tracking URI. Unset: a file store in the run directory, ``{output.dir}/{name}/mlruns``
+    (``mlflow ui --backend-store-uri`` there). Through the service only URIs the operator's policy allows."""
+    experiment: str = "rayft"
+    """MLflow experiment the run goes under; the run itself is named after the job."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.experiment.strip()), "tracking.experiment", "must not be empty")
+        if self.mlflow_uri is not None:
+            _check(
+                bool(self.mlflow_uri.strip()),
+                "tracking.mlflow_uri",
+                "must not be empty; leave it unset for the run's own file store",
+            )
+
+
+@dataclass(frozen=True)
 class FineTuneSpec:
     """A complete LoRA/QLoRA fine-tuning job."""
 
@@ -295,6 +317,7 @@ class FineTuneSpec:
     train: TrainSpec = field(default_factory=TrainSpec)
     scaling: ScalingSpec = field(default_factory=ScalingSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
 
     def __post_init__(self) -> None:
         # A path component of its own: never "." or "..", never hidden, never a separator (it names the run directory).

@@ -8,6 +8,7 @@ The operator writes it (``rayft serve --policy FILE`` or ``RAYFT_POLICY``)::
       models: [/models/]                      # prefixes model.path may lie under
       hub_models: []                          # hub ids (fnmatch patterns) model.path may name
       cache: [s3://rayft-cache/]              # prefixes data.cache_uri may lie under (unset: the node's cache)
+      tracking: [https://mlflow.internal]     # MLflow URIs tracking.mlflow_uri may name, exactly (unset: the run's own store)
     teams:
       vision:                                 # a team's entry replaces the default's fields it names
         data: [s3://datasets/vision/, s3://datasets/shared/]
@@ -60,6 +61,9 @@ class TeamPolicy:
     """fnmatch patterns of hub ids ``model.path`` may name (``meta-llama/*``; ``*`` for any)."""
     cache: tuple[str, ...] = ()
     """Prefixes ``data.cache_uri`` may lie under; an unset cache_uri (the node's own cache) is always allowed."""
+    tracking: tuple[str, ...] = ()
+    """MLflow tracking URIs ``tracking.mlflow_uri`` may name, compared whole: a job reaches that server from the
+    cluster's network. Unset (the file store in the job's own run directory) is always allowed."""
 
     def for_team(self, team: str) -> TeamPolicy:
         fill = lambda text: text.replace("{team}", team)  # noqa: E731
@@ -69,6 +73,7 @@ class TeamPolicy:
             models=tuple(map(fill, self.models)),
             hub_models=tuple(map(fill, self.hub_models)),
             cache=tuple(map(fill, self.cache)),
+            tracking=tuple(map(fill, self.tracking)),
         )
 
 
@@ -149,6 +154,10 @@ class PathPolicy:
         self._allowed("data.path", spec.data.path, entry.data)
         if spec.data.cache_uri is not None:
             self._allowed("data.cache_uri", spec.data.cache_uri, entry.cache)
+        uri = spec.tracking.mlflow_uri
+        if uri is not None and uri.rstrip("/") not in {t.rstrip("/") for t in entry.tracking}:
+            allowed = ", ".join(entry.tracking) or "none (leave it unset: the run's own file store)"
+            raise PolicyDenied("tracking.mlflow_uri", f"{uri!r} is not allowed for team {team!r}; allowed: {allowed}")
         model = spec.model.path
         if is_hub_id(model):
             if not any(fnmatch.fnmatchcase(model, pattern) for pattern in entry.hub_models):

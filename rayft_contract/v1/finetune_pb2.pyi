@@ -34,7 +34,7 @@ JOB_VIEW_BASIC: JobView
 JOB_VIEW_FULL: JobView
 
 class FineTuneSpec(_message.Message):
-    __slots__ = ("name", "model", "quantization", "lora", "data", "train", "scaling", "output")
+    __slots__ = ("name", "model", "quantization", "lora", "data", "train", "scaling", "output", "tracking")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     QUANTIZATION_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class FineTuneSpec(_message.Message):
     TRAIN_FIELD_NUMBER: _ClassVar[int]
     SCALING_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    TRACKING_FIELD_NUMBER: _ClassVar[int]
     name: str
     model: ModelSpec
     quantization: QuantizationSpec
@@ -51,7 +52,8 @@ class FineTuneSpec(_message.Message):
     train: TrainSpec
     scaling: ScalingSpec
     output: OutputSpec
-    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., quantization: _Optional[_Union[QuantizationSpec, _Mapping]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., train: _Optional[_Union[TrainSpec, _Mapping]] = ..., scaling: _Optional[_Union[ScalingSpec, _Mapping]] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ...) -> None: ...
+    tracking: TrackingSpec
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., quantization: _Optional[_Union[QuantizationSpec, _Mapping]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., train: _Optional[_Union[TrainSpec, _Mapping]] = ..., scaling: _Optional[_Union[ScalingSpec, _Mapping]] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., tracking: _Optional[_Union[TrackingSpec, _Mapping]] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
     __slots__ = ("path", "revision", "dtype", "attn_implementation", "kernels")
@@ -176,6 +178,16 @@ class OutputSpec(_message.Message):
     DIR_FIELD_NUMBER: _ClassVar[int]
     dir: str
     def __init__(self, dir: _Optional[str] = ...) -> None: ...
+
+class TrackingSpec(_message.Message):
+    __slots__ = ("mlflow", "mlflow_uri", "experiment")
+    MLFLOW_FIELD_NUMBER: _ClassVar[int]
+    MLFLOW_URI_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
+    mlflow: bool
+    mlflow_uri: str
+    experiment: str
+    def __init__(self, mlflow: _Optional[bool] = ..., mlflow_uri: _Optional[str] = ..., experiment: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "team", "state", "spec", "idempotency_key", "created_at", "updated_at", "ray_submission_id", "message", "last_seq", "summary_json")

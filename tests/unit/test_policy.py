@@ -13,6 +13,7 @@ DEFAULT = {
     "models": ["/srv/models"],
     "hub_models": ["meta-llama/*"],
     "cache": ["s3://cache/{team}"],
+    "tracking": ["https://mlflow.internal/"],
 }
 
 
@@ -49,12 +50,20 @@ def test_a_job_writes_under_its_teams_root_and_its_own_id(policy):
         ("output.dir", "output", {"dir": "s3://outputs/nlp"}),
         ("output.dir", "output", {"dir": "/tmp/anywhere"}),
         ("data.cache_uri", "data", {"cache_uri": "s3://cache/nlp"}),
+        ("tracking.mlflow_uri", "tracking", {"mlflow": True, "mlflow_uri": "http://169.254.169.254/"}),
+        ("tracking.mlflow_uri", "tracking", {"mlflow": True, "mlflow_uri": "https://mlflow.internal.evil.com"}),
     ],
 )
 def test_locations_outside_the_allow_lists_are_denied_naming_the_field(policy, field, section, value):
     with pytest.raises(PolicyDenied) as info:
         policy.apply("vision", spec(**{section: value}), "ft-1")
     assert info.value.field == field
+
+
+def test_a_tracking_server_must_be_one_the_operator_named_and_the_runs_own_store_always_is(policy):
+    named = policy.apply("vision", spec(tracking={"mlflow": True, "mlflow_uri": "https://mlflow.internal"}), "ft-1")
+    assert named.tracking.mlflow_uri == "https://mlflow.internal"
+    assert policy.apply("vision", spec(tracking={"mlflow": True}), "ft-1").tracking.mlflow_uri is None
 
 
 def test_hub_models_match_the_teams_patterns(policy):

@@ -72,6 +72,9 @@ INVALID = [
     ("scaling", "strategy", "deepspeed", "scaling.strategy"),
     ("scaling", "cpus_per_worker", 0, "scaling.cpus_per_worker"),
     ("output", "dir", "", "output.dir"),
+    ("tracking", "mlflow", "yes", "tracking.mlflow"),
+    ("tracking", "mlflow_uri", " ", "tracking.mlflow_uri"),
+    ("tracking", "experiment", "", "tracking.experiment"),
 ]
 
 

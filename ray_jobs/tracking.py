@@ -1,0 +1,138 @@
+"""Live tracking on the driver: TensorBoard scalars as the job runs, and an MLflow run when asked.
+
+Every progress report the trainer forwards passes through :meth:`Trackers.add` as it arrives, so
+``tensorboard --logdir runs/`` and the MLflow UI follow a job while it trains (TensorBoard used to be
+written once the job had ended). Both write into the run directory: live for a local one, uploaded
+with the rest for ``s3://``.
+
+MLflow (``tracking.mlflow``) goes through :class:`mlflow.MlflowClient`, not the fluent API, so no
+global "active run" leaks between jobs in one process. The run is named after the job and tagged with
+the team, the model, the dataset and the service's job id; the spec's fields are its parameters. The
+default store is a directory in the run (``mlruns/``): MLflow 3 keeps that file store only behind
+``MLFLOW_ALLOW_FILE_STORE``, which is set for it here; any other URI is the user's (through the
+service, one the operator's policy names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rayft_contract.spec import FineTuneSpec
+
+SCALARS = (
+    "loss",
+    "eval_loss",
+    "learning_rate",
+    "tokens_per_s",
+    "samples_per_s",
+    "step_time_s",
+    "data_wait_frac",
+    "gpu_mem_peak_gb",
+)
+"""The progress fields tracked at every report, under ``train/`` in TensorBoard and by name in MLflow."""
+MAX_PARAM_CHARS = 6000
+"""MLflow refuses longer parameter values (a chat template can be longer): they are cut, with a mark."""
+
+
+@dataclasses.dataclass
+class Trackers:
+    """The job's live sinks. ``add`` every event, then ``finish`` once (``None`` summary: the job failed)."""
+
+    tensorboard: Any
+    mlflow: _MlflowRun | None = None
+
+    @classmethod
+    def open(cls, spec: FineTuneSpec, staging: Path, owner: str) -> Trackers:
+        from tensorboardX import SummaryWriter
+
+        mlflow = _MlflowRun.start(spec, staging, owner) if spec.tracking.mlflow else None
+        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow)
+
+    def add(self, event: dict[str, Any]) -> None:
+        if event["kind"] != "progress" or "step" not in event:
+            return
+        values = {key: float(event[key]) for key in SCALARS if event.get(key) is not None}
+        for key, value in values.items():
+            self.tensorboard.add_scalar(f"train/{key}", value, event["step"])
+        self.tensorboard.flush()  # followable now, not after tensorboardX's two-minute flush interval
+        if self.mlflow is not None:
+            self.mlflow.log(values, event["step"])
+
+    def finish(self, summary: dict[str, Any] | None) -> None:
+        if summary is not None:
+            steps = summary["steps"]
+            for name, seconds in summary["timing"]["phases"].items():
+                self.tensorboard.add_scalar(f"time/{name}_s", seconds, steps)
+            for key, value in summary["efficiency"].items():
+                if isinstance(value, (int, float)):
+                    self.tensorboard.add_scalar(f"efficiency/{key}", value, steps)
+            diagnosis = "\n\n".join(f["message"] for f in summary["diagnosis"]) or "no bottleneck found"
+            self.tensorboard.add_text("diagnosis", diagnosis, steps)
+        self.tensorboard.close()
+        if self.mlflow is not None:
+            self.mlflow.end(summary)
+
+
+@dataclasses.dataclass
+class _MlflowRun:
+    client: Any
+    run_id: str
+
+    @classmethod
+    def start(cls, spec: FineTuneSpec, staging: Path, owner: str) -> _MlflowRun:
+        from mlflow import MlflowClient
+        from mlflow.entities import Param
+
+        uri = spec.tracking.mlflow_uri or (staging / "mlruns").resolve().as_uri()
+        if uri.startswith("file:"):
+            os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name(spec.tracking.experiment)
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment(spec.tracking.experiment)
+        tags = {
+            "rayft.team": owner,
+            "rayft.model": spec.model.path,
+            "rayft.data": spec.data.path,
+            "rayft.job_id": os.environ.get("RAYFT_JOB_ID", ""),
+        }
+        run = client.create_run(experiment_id, run_name=spec.name, tags=tags)
+        params = [Param(key, _param(value)) for key, value in _flat(spec.to_dict()).items()]
+        client.log_batch(run.info.run_id, params=params)
+        return cls(client, run.info.run_id)
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(key, value, now, step) for key, value in values.items()])
+
+    def end(self, summary: dict[str, Any] | None) -> None:
+        if summary is not None:
+            final = {
+                "steady_tokens_per_s": summary.get("steady_tokens_per_s"),
+                "mfu": summary.get("mfu"),
+                "wall_time_s": summary.get("wall_time_s"),
+                "time_to_first_step_s": summary.get("time_to_first_step_s"),
+                "final_eval_loss": summary.get("eval_loss"),
+            }
+            self.log({k: float(v) for k, v in final.items() if v is not None}, summary["steps"])
+        self.client.set_terminated(self.run_id, "FINISHED" if summary is not None else "FAILED")
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _param(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
