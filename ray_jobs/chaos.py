@@ -23,6 +23,9 @@ class Chaos:
     """Rank 1 (or 0 alone) raises :class:`InjectedFailure` once, after this step: Ray Train must recover."""
     oom_above_rows: int | None = None
     """A micro-batch of more rows raises torch's ``OutOfMemoryError``, as a GPU too small for it would."""
+    overfit_after_step: int | None = None
+    """Evaluations after this step read 1.0 higher per step beyond it: a model that stopped generalizing
+    (what early stopping must catch)."""
     record_rows: bool = False
     """Each worker appends the ids of the rows of every step to ``{run_dir}/rows-seen/rank{r}.jsonl``
     (a local run dir), for the tests of the training order."""
@@ -32,6 +35,11 @@ class Chaos:
             import torch
 
             raise torch.OutOfMemoryError(f"injected: a micro-batch of {rows} rows > {self.oom_above_rows}")
+
+    def eval_loss(self, step: int, loss: float) -> float:
+        if self.overfit_after_step is None or step <= self.overfit_after_step:
+            return loss
+        return loss + (step - self.overfit_after_step)
 
     def slow_tokenizer(self) -> None:
         if self.tokenize_delay_s:

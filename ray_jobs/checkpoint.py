@@ -8,6 +8,7 @@ Ray Train copies it into the run's storage.
 Layout::
 
     adapter/adapter_config.json, adapter/adapter_model.safetensors   # loads with PeftModel.from_pretrained
+    best_adapter/                    # when an earlier step had a lower eval loss (ray_jobs.best)
     train_state.safetensors   # every tensor: trainable weights, optimizer moments
     train_state.json          # everything else, with the tensors' places; the run's owner and spec hash
 
@@ -69,12 +70,26 @@ class TrainState:
     """Real (non-padding) tokens trained on, over all workers: what tokens/s counts."""
     samples: int = 0
     """Examples seen, over all workers."""
+    best_step: int = 0
+    """The step of the lowest eval loss so far (0: none yet; ``ray_jobs.best``)."""
+    best_eval_loss: float | None = None
+    evals_since_best: int = 0
+    """Evaluations since that one: what ``train.early_stopping_patience`` counts."""
 
 
 def save(
-    strategy: Strategy, model: torch.nn.Module, optimizer: Any, scheduler: Any, state: TrainState, identity: RunIdentity
+    strategy: Strategy,
+    model: torch.nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    state: TrainState,
+    identity: RunIdentity,
+    best: dict[str, Any] | None = None,
 ) -> ray.train.Checkpoint | None:
-    """Collective: every rank calls it; rank 0 gets the checkpoint, the others ``None``."""
+    """Collective: every rank calls it; rank 0 gets the checkpoint, the others ``None``.
+
+    ``best``: the trainable weights of an earlier step with a lower eval loss (rank 0's copy), saved beside the
+    current ones (``best_adapter/``, and in the train state for a resume)."""
     import ray.train
 
     weights, optim = strategy.state_dict(model, optimizer)
@@ -82,7 +97,11 @@ def save(
         return None
     directory = Path(tempfile.mkdtemp(prefix="rayft-ckpt-"))
     strategy.unwrap(model).save_pretrained(directory / "adapter", state_dict=weights)
-    write(directory, {"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict()}, state, identity)
+    states = {"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict()}
+    if best is not None:
+        strategy.unwrap(model).save_pretrained(directory / "best_adapter", state_dict=best)
+        states["best"] = best
+    write(directory, states, state, identity)
     return ray.train.Checkpoint.from_directory(str(directory))
 
 
@@ -101,14 +120,14 @@ def load(
     optimizer: Any,
     scheduler: Any,
     identity: RunIdentity,
-) -> TrainState:
+) -> dict[str, Any] | None:
     """Check the checkpoint is this run's; restore the trainable weights, optimizer and scheduler into place;
-    return the train state."""
+    return the best earlier weights it holds (``None``: the current ones are the best, or there was no eval)."""
     with checkpoint.as_directory() as directory:
-        saved, state = read(Path(directory), identity)
+        saved, _ = read(Path(directory), identity)
     strategy.load_state_dict(model, optimizer, saved["model"], saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
-    return state
+    return saved.get("best")
 
 
 def step_of(checkpoint: ray.train.Checkpoint) -> int | None:

@@ -71,3 +71,18 @@ def _rows(batch: dict[str, Any], index: int, parts: int) -> dict[str, Any]:
     rows = len(batch["num_tokens"])
     start, stop = index * rows // parts, (index + 1) * rows // parts
     return {k: v[start:stop] for k, v in batch.items()}
+
+
+def free_step(error: BaseException, optimizer: Any, device: Any) -> None:
+    """Release what a step that ran out of memory still holds: the activations its traceback keeps alive, the
+    partial gradients, the allocator's cached blocks."""
+    import gc
+    import traceback
+
+    import torch
+
+    traceback.clear_frames(error.__traceback__)
+    optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -291,11 +291,20 @@ def _export(checkpoint: Any, spec: FineTuneSpec, model_dir: str, target: Path) -
     (with its revision) is what names the base everywhere."""
     from transformers import AutoTokenizer
 
+    exported = [target]
     with checkpoint.as_directory() as directory:
-        shutil.copytree(Path(directory) / "adapter", target, dirs_exist_ok=True)
-    config_file = target / "adapter_config.json"
-    config = json.loads(config_file.read_text())
-    config["base_model_name_or_path"] = spec.model.path
-    config["revision"] = spec.model.revision
-    config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
-    AutoTokenizer.from_pretrained(model_dir).save_pretrained(target)
+        saved = Path(directory)
+        if (saved / "best_adapter").is_dir():  # an earlier step had the lowest eval loss (ray_jobs.best)
+            shutil.copytree(saved / "best_adapter", target, dirs_exist_ok=True)
+            shutil.copytree(saved / "adapter", target.parent / "last_adapter", dirs_exist_ok=True)
+            exported.append(target.parent / "last_adapter")
+        else:
+            shutil.copytree(saved / "adapter", target, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    for adapter in exported:
+        config_file = adapter / "adapter_config.json"
+        config = json.loads(config_file.read_text())
+        config["base_model_name_or_path"] = spec.model.path
+        config["revision"] = spec.model.revision
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
+        tokenizer.save_pretrained(adapter)

@@ -20,11 +20,12 @@ from typing import Any
 
 from ray_jobs import checkpoint, kernels
 from ray_jobs import strategy as strategies
+from ray_jobs.best import Best, snapshot_of
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
 from ray_jobs.data_order import ROW_ID, CachedOrder, stream_seed, worker_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
-from ray_jobs.memory import MicroBatches
+from ray_jobs.memory import MicroBatches, free_step
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.packing import trim_padding
@@ -91,9 +92,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
         scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
+    best, snapshot = Best(train), snapshot_of(strategy, model, optimizer, rank)  # the lowest eval loss's adapter
     with _timed(setup, "resume_s"):
         if resumed:
-            checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity)
+            earlier = checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity)
+            best.weights = earlier if rank == 0 else None
+            if state.best_step and state.best_step == state.step:  # the weights just restored are the best
+                best.weights = snapshot()
     log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
 
     eval_batches = None
@@ -121,7 +126,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     trace = StepTrace.from_env(rank, spec.run_dir)  # torch.profiler on a window of steps, if asked
 
     # -- steps ------------------------------------------------------------------------------
-    while state.step < cfg.total_steps:
+    stop = False
+    while state.step < cfg.total_steps and not stop:
         trace.before_step(state.step + 1)
         with meter.phase("data_wait"):
             group = [next(batches) for _ in range(accum)]
@@ -137,7 +143,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                     loss_sum = _forward_backward(model, strategy, micro.pieces(group), spec, device, tokens_per_rank, cfg.chaos)
                     break
                 except torch.OutOfMemoryError as oom:  # once, alone: halve the micro-batch (ray_jobs.memory)
-                    micro.back_off(oom, state.step + 1, free=functools.partial(_free, oom, optimizer, device))
+                    micro.back_off(oom, state.step + 1, free=functools.partial(free_step, oom, optimizer, device))
                     about["micro_batch"] = micro.describe()
             cfg.chaos.slow_step(state.step + 1)
         with meter.phase("optimizer", gpu=True):
@@ -150,17 +156,21 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             first_step_s = time.time() - cfg.start_time
         cfg.chaos.maybe_fail(state.step, rank, world, spec.run_dir)
 
-        last = state.step == cfg.total_steps
+        at_end = state.step == cfg.total_steps
         metrics: dict[str, Any] = {}
-        if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or last):
+        if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or at_end):
             with meter.phase("eval"):
-                metrics["eval_loss"] = evaluate(model, eval_batches, spec, device)
+                metrics["eval_loss"] = cfg.chaos.eval_loss(state.step, evaluate(model, eval_batches, spec, device))
+                stop = best.judge(state, metrics["eval_loss"], snapshot) and not at_end  # early stopping
+        last = at_end or stop
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:
             with meter.phase("checkpoint"):
-                ckpt = checkpoint.save(strategy, model, optimizer, scheduler, state, cfg.identity)
+                ckpt = checkpoint.save(strategy, model, optimizer, scheduler, state, cfg.identity, best.for_checkpoint(state))
                 cfg.chaos.slow_checkpoint()
             metrics["checkpoint"] = True
+        if last and cfg.has_eval:
+            metrics.update(best.describe(state, stop))
         if state.step % train.log_every == 0 or last or metrics:
             metrics = {
                 "step": state.step,
@@ -217,21 +227,6 @@ def _forward_backward(
         strategy.backward(out.loss)
         loss_sum += out.loss.detach()
     return loss_sum
-
-
-def _free(error: BaseException, optimizer: Any, device: Any) -> None:
-    """Release what a step that ran out of memory still holds: the activations its traceback keeps alive, the
-    partial gradients, the allocator's cached blocks."""
-    import gc
-    import traceback
-
-    import torch
-
-    traceback.clear_frames(error.__traceback__)
-    optimizer.zero_grad(set_to_none=True)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 @contextlib.contextmanager

@@ -232,6 +232,12 @@ class TrainSpec:
     """Save a resumable checkpoint every N steps."""
     max_failures: int = 1
     """Worker-group restarts allowed; each resumes from the last checkpoint."""
+    early_stopping_patience: int | None = None
+    """Stop after this many evaluations in a row without a lower eval loss (``None``: train every step).
+    Needs ``eval_every`` and a validation split. With any evaluation, the exported ``adapter/`` is the one
+    with the lowest eval loss, and the last one is kept beside it as ``last_adapter/``."""
+    early_stopping_min_delta: float = 0.0
+    """How much lower an eval loss must be to count as better."""
 
     def __post_init__(self) -> None:
         _positive(self.max_steps, "train.max_steps", allow_none=True, at_most=STEPS_MAX)
@@ -249,6 +255,9 @@ class TrainSpec:
         _positive(self.eval_every, "train.eval_every", allow_none=True, at_most=STEPS_MAX)
         _positive(self.checkpoint_every, "train.checkpoint_every", at_most=STEPS_MAX)
         _check(0 <= self.max_failures <= 100, "train.max_failures", f"must be in [0, 100], got {self.max_failures!r}")
+        _positive(self.early_stopping_patience, "train.early_stopping_patience", allow_none=True, at_most=10_000)
+        delta = self.early_stopping_min_delta
+        _check(0 <= delta < 100, "train.early_stopping_min_delta", f"must be in [0, 100), got {delta!r}")
 
 
 @dataclass(frozen=True)
@@ -339,6 +348,12 @@ class FineTuneSpec:
                 self.model.dtype != "float32" or not self.scaling.use_gpu,
                 "model.dtype",
                 "4-bit/8-bit bases compute in bfloat16 or float16 on GPU; set model.dtype or quantization.mode: none",
+            )
+        if self.train.early_stopping_patience is not None:
+            _check(
+                self.train.eval_every is not None and self.data.val_fraction > 0,
+                "train.early_stopping_patience",
+                "needs evaluations to judge: set train.eval_every and data.val_fraction > 0",
             )
         _check(
             self.model.kernels != "liger" or self.scaling.use_gpu,

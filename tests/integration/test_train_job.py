@@ -106,6 +106,25 @@ def test_a_step_out_of_memory_halves_the_micro_batch_once_and_the_job_trains_on(
     assert summary["eval_loss"] < 0.7 * summary["initial_eval_loss"], summary
 
 
+def test_early_stopping_ends_a_job_whose_eval_loss_stopped_falling_and_exports_the_best_adapter(ray_cluster, tiny_spec):
+    from safetensors.torch import load_file
+
+    spec = with_train(tiny_spec, max_steps=60, eval_every=5, log_every=5, checkpoint_every=30, early_stopping_patience=2)
+    spec = spec.replace(name="tiny-early-stop")
+    result = run(spec, chaos=Chaos(overfit_after_step=10))  # every eval after step 10 reads worse
+    summary = result.summary
+
+    assert summary["best_step"] in (5, 10) and summary["steps"] == summary["best_step"] + 10 < 60, summary
+    assert summary["stopped_early"] == f"no lower eval loss in 2 evaluations since step {summary['best_step']}"
+    assert summary["best_eval_loss"] < summary["eval_loss"]
+    best, last = (result.local_dir / name for name in ("adapter", "last_adapter"))
+    for adapter in (best, last):
+        assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == spec.model.path
+    best_weights, last_weights = (load_file(str(a / "adapter_model.safetensors")) for a in (best, last))
+    assert best_weights.keys() == last_weights.keys()
+    assert any(not (best_weights[k] == last_weights[k]).all() for k in best_weights), "the best is not the last"
+
+
 def test_worker_failure_resumes_from_the_last_checkpoint(ray_cluster, tiny_spec):
     spec = with_train(tiny_spec, max_steps=14, checkpoint_every=4, log_every=1, eval_every=None)
     spec = spec.replace(name="tiny-chaos", data=dataclasses.replace(spec.data, val_fraction=0.0))

@@ -72,6 +72,8 @@ INVALID = [
     ("scaling", "strategy", "deepspeed", "scaling.strategy"),
     ("scaling", "cpus_per_worker", 0, "scaling.cpus_per_worker"),
     ("output", "dir", "", "output.dir"),
+    ("train", "early_stopping_patience", 0, "train.early_stopping_patience"),
+    ("train", "early_stopping_min_delta", -0.1, "train.early_stopping_min_delta"),
     ("tracking", "mlflow", "yes", "tracking.mlflow"),
     ("tracking", "mlflow_uri", " ", "tracking.mlflow_uri"),
     ("tracking", "experiment", "", "tracking.experiment"),
@@ -99,6 +101,12 @@ def test_every_field_has_an_invalid_case_or_is_free_text():
     fields = {f"{s}.{k}" for s, v in spec.items() if isinstance(v, dict) for k in v} | {"name"}
     missing = fields - covered - free_text
     assert not missing, f"add invalid cases for {sorted(missing)}"
+
+
+def test_early_stopping_without_evaluations_to_judge_is_refused():
+    data = spec_with("train", "early_stopping_patience", 2)
+    with pytest.raises(SpecError, match="train.early_stopping_patience: needs evaluations to judge"):
+        FineTuneSpec.from_dict(data)
 
 
 def test_typo_suggests_the_field():
