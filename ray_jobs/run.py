@@ -300,7 +300,10 @@ def _export(checkpoint: Any, spec: FineTuneSpec, model_dir: str, target: Path) -
             exported.append(target.parent / "last_adapter")
         else:
             shutil.copytree(saved / "adapter", target, dirs_exist_ok=True)
+    from ray_jobs.template import ChatEncoder
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.chat_template = ChatEncoder(tokenizer, spec.data.chat_template).template  # the one it trained with
     for adapter in exported:
         config_file = adapter / "adapter_config.json"
         config = json.loads(config_file.read_text())

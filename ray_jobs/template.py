@@ -57,6 +57,11 @@ class ChatEncoder:
     def encode_turns(self, turns: Sequence[Turn]) -> tuple[list[int], list[int]]:
         return self._encode(self.segments(turns))
 
+    def prompt_ids(self, turns: Sequence[Turn]) -> list[int]:
+        """The tokens a model answers after: ``turns`` rendered with the assistant's header, as in training."""
+        text = self._render(turns, add_generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
     def encode_text(self, text: str) -> tuple[list[int], list[int]]:
         """Plain text: BOS + text + EOS, every token trained."""
         tok = self.tokenizer

@@ -4,6 +4,7 @@
     rayft train SPEC.yaml [--address ray://...|auto] [--set train.max_steps=10] [--overwrite]
     rayft check SPEC.yaml               # validate the spec and what it points at; start nothing
     rayft merge RUN/adapter --out DIR   # fold an adapter into its base model
+    rayft generate RUN --prompt TEXT    # answer with the base model and the trained adapter
     rayft cache list|prune              # the dataset and model caches (see rayft/cli_cache.py)
     rayft --version
 
@@ -92,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for the merged model")
     p.add_argument("--base", help="base model (default: the one recorded in adapter_config.json)")
     p.set_defaults(command=cmd_merge)
+
+    p = sub.add_parser("generate", help="answer a prompt with a base model and a trained adapter (greedy)")
+    p.add_argument("adapter", help="run directory (RUN) or adapter directory (RUN/adapter)")
+    p.add_argument("--prompt", required=True, help="the user's message")
+    p.add_argument("--system", help="a system message before it")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--base", help="base model (default: the one recorded in adapter_config.json)")
+    p.set_defaults(command=cmd_generate)
     return parser
 
 
@@ -202,6 +211,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
     model.merge_and_unload().save_pretrained(args.out)
     AutoTokenizer.from_pretrained(args.adapter).save_pretrained(args.out)
     print(f"merged {args.adapter} into {base}: {args.out}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from ray_jobs import generate
+
+    model, tokenizer = generate.load(generate.adapter_dir(args.adapter), args.base)
+    ids = generate.prompt_ids(tokenizer, args.prompt, args.system)
+    print(generate.answer(model, tokenizer, ids, args.max_new_tokens))
     return 0
 
 

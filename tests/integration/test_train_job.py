@@ -41,7 +41,7 @@ def heldout_loss(model, tokenizer, rows):
     return sum(losses) / len(losses)
 
 
-def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tiny, tokenizer, tmp_path):
+def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tiny, tokenizer, tmp_path, capsys):
     events = []
     result = run(tiny_spec, on_event=events.append)
     summary = result.summary
@@ -81,6 +81,17 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     assert main(["merge", str(adapter), "--out", str(merged_dir)]) == 0
     merged = AutoModelForCausalLM.from_pretrained(merged_dir)
     assert heldout_loss(merged, tokenizer, rows) == pytest.approx(tuned_loss, rel=1e-4)
+
+    # `rayft generate RUN` answers with base + adapter: the greedy answer of the tuned model, not the base's.
+    from ray_jobs.generate import answer, prompt_ids
+    from ray_jobs.tiny import SYSTEM
+
+    question = rows[0]["messages"][1]["content"]
+    capsys.readouterr()
+    assert main(["generate", str(result.local_dir), "--prompt", question, "--system", SYSTEM]) == 0
+    printed = capsys.readouterr().out.strip()
+    ids = prompt_ids(tokenizer, question, SYSTEM)
+    assert printed == answer(tuned.eval(), tokenizer, ids) != answer(base.eval(), tokenizer, ids), printed
 
 
 def test_qlora_nf4_runs_on_the_cpu_backend(ray_cluster, tiny_spec):
