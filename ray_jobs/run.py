@@ -5,6 +5,7 @@
 
     adapter/          PEFT adapter (adapter_config.json, adapter_model.safetensors) + tokenizer
     summary.json      steps, tokens, losses, the phase table, tokens/s, MFU, the diagnosis, caches, bad rows
+    samples.jsonl     the model's answers to a few held-out prompts at each evaluation, with the references
     metrics.jsonl     every event of the run (progress reports with per-step timing, failures, diagnoses)
     report.png        loss, tokens/s over time and where the time went (``ray_jobs.visuals``)
     tensorboard/      the same as TensorBoard scalars, written as the job runs
@@ -177,6 +178,10 @@ class _Job:
         self.metrics_log.flush()
         if self.trackers is not None:
             self.trackers.add(self.history[-1])
+        if event.data.get("eval_samples"):  # what the model answered at this evaluation (ray_jobs.samples)
+            with (self.staging / "samples.jsonl").open("a") as out:
+                for sample in event.data["eval_samples"]:
+                    out.write(json.dumps({"step": event.data["step"], **sample}) + "\n")
         if event.kind != "timing":  # the closing step records are for the profile only
             self.emit(event)
         if event.kind in ("progress", "timing"):

@@ -18,6 +18,7 @@ def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], profile: JobPro
     progress = [e for e in history if e["kind"] == "progress"]
     trained = [e for e in progress if "loss" in e]
     evals = [e["eval_loss"] for e in progress if "eval_loss" in e]
+    answered = [e for e in progress if e.get("eval_samples")]
     last = trained[-1] if trained else {}
     wall = time.time() - profile.start
     efficiency = profile.efficiency()
@@ -33,6 +34,14 @@ def summarize(spec: FineTuneSpec, history: list[dict[str, Any]], profile: JobPro
         "best_step": last.get("best_step"),
         "best_eval_loss": last.get("best_eval_loss"),
         "stopped_early": last.get("stopped_early"),
+        "eval_samples": {
+            "first_step": answered[0]["step"],
+            "last_step": answered[-1]["step"],
+            "first": answered[0]["eval_samples"],
+            "last": answered[-1]["eval_samples"],
+        }
+        if answered
+        else None,
         "wall_time_s": wall,
         "time_to_first_step_s": last.get("time_to_first_step_s"),
         "tokens_per_s": last.get("tokens", 0) / wall,

@@ -117,10 +117,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         "micro_batch": micro.describe(),
         **layout,
     }
+    answers = _Samples(spec, strategy, model, device, rank, eval_batches)
     if cfg.has_eval and state.step == 0:  # the baseline the run is judged against
         with _timed(setup, "first_eval_s"):
             eval_loss = evaluate(model, eval_batches, spec, device)
-            ray.train.report({"step": 0, "total_steps": cfg.total_steps, "eval_loss": eval_loss, **about})
+            report = {"step": 0, "total_steps": cfg.total_steps, "eval_loss": eval_loss, **about, **answers.take()}
+            ray.train.report(report)
     setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
     meter = StepMeter(device)
     trace = StepTrace.from_env(rank, spec.run_dir)  # torch.profiler on a window of steps, if asked
@@ -162,6 +164,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             with meter.phase("eval"):
                 metrics["eval_loss"] = cfg.chaos.eval_loss(state.step, evaluate(model, eval_batches, spec, device))
                 stop = best.judge(state, metrics["eval_loss"], snapshot) and not at_end  # early stopping
+                metrics.update(answers.take())
         last = at_end or stop
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:
@@ -227,6 +230,42 @@ def _forward_backward(
         strategy.backward(out.loss)
         loss_sum += out.loss.detach()
     return loss_sum
+
+
+@dataclasses.dataclass
+class _Samples:
+    """Rank 0's answers to a few held-out prompts at each evaluation (``ray_jobs.samples``)."""
+
+    spec: FineTuneSpec
+    strategy: Any
+    model: Any
+    device: Any
+    rank: int
+    eval_batches: Any
+    prompts: list[Any] | None = None
+    tokenizer: Any = None
+
+    def take(self) -> dict[str, Any]:
+        """``{"eval_samples": [...]}`` on rank 0 (after an evaluation), ``{}`` elsewhere or when off."""
+        count = self.spec.train.eval_samples
+        if self.rank != 0 or not count or self.eval_batches is None or self.strategy.name == "fsdp":
+            return {}
+        from ray_jobs import samples
+
+        if self.prompts is None:
+            from transformers import AutoTokenizer
+
+            from ray_jobs.model_cache import fetch_model
+
+            local = fetch_model(self.spec.model.path, self.spec.model.revision, count_hit=False).path
+            self.tokenizer = AutoTokenizer.from_pretrained(local)
+            self.prompts = samples.prompts_of(self.eval_batches, count)
+        module = self.strategy.unwrap(self.model)
+        return {
+            "eval_samples": samples.answer_all(
+                module, self.tokenizer, self.prompts, self.device, lambda: autocast(self.spec, self.device)
+            )
+        }
 
 
 @contextlib.contextmanager

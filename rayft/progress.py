@@ -83,6 +83,7 @@ class ProgressView:
             ("time to first step", f"{_fmt(summary['time_to_first_step_s'], '.1f')} s"),
             ("tokens/s (steady state)", _fmt(summary["steady_tokens_per_s"], ",.0f")),
             *_efficiency_rows(summary),
+            *_best_rows(summary),
             ("worker restarts", str(summary["restarts"])),
             *_cache_rows(summary),
             ("adapter", summary["adapter_dir"]),
@@ -93,11 +94,25 @@ class ProgressView:
             table.add_row(key, value)
         console = Console()
         console.print(table)
+        if summary.get("eval_samples"):
+            console.print(samples_table(summary["eval_samples"]))
         if "timing" in summary:
             console.print(phase_table(summary))
             console.print(("[yellow]" if summary["diagnosis"] else "[green]") + summary["verdict"])
             for finding in summary["diagnosis"][1:]:
                 console.print(f"[yellow]also {finding['kind']}: {finding['message']}")
+
+
+def samples_table(samples: dict[str, Any]) -> Table:
+    """Held-out prompts, their references, and the model's answers at the first and the last evaluation."""
+    table = Table(title="what the model answers (held-out prompts)")
+    table.add_column("prompt", max_width=40)
+    table.add_column("reference", max_width=30)
+    table.add_column(f"step {samples['first_step']}", max_width=30)
+    table.add_column(f"step {samples['last_step']}", max_width=30)
+    for first, last in zip(samples["first"], samples["last"]):
+        table.add_row(first["prompt"][-120:], first["reference"], first["answer"], last["answer"])
+    return table
 
 
 def phase_table(summary: dict[str, Any]) -> Table:
@@ -131,6 +146,13 @@ def _efficiency_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     if summary.get("micro_batch"):
         rows.append(("micro-batch", summary["micro_batch"]))
     return rows
+
+
+def _best_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    if not summary.get("best_step"):
+        return []
+    why = f"; {summary['stopped_early']}" if summary.get("stopped_early") else ""
+    return [("adapter from", f"step {summary['best_step']}, lowest eval loss {summary['best_eval_loss']:.4f}{why}")]
 
 
 def _cache_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:

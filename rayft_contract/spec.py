@@ -238,6 +238,9 @@ class TrainSpec:
     with the lowest eval loss, and the last one is kept beside it as ``last_adapter/``."""
     early_stopping_min_delta: float = 0.0
     """How much lower an eval loss must be to count as better."""
+    eval_samples: int = 3
+    """Held-out prompts answered at every evaluation, beside their references (``samples.jsonl``, and the
+    first and last in the summary); 0: none."""
 
     def __post_init__(self) -> None:
         _positive(self.max_steps, "train.max_steps", allow_none=True, at_most=STEPS_MAX)
@@ -256,6 +259,7 @@ class TrainSpec:
         _positive(self.checkpoint_every, "train.checkpoint_every", at_most=STEPS_MAX)
         _check(0 <= self.max_failures <= 100, "train.max_failures", f"must be in [0, 100], got {self.max_failures!r}")
         _positive(self.early_stopping_patience, "train.early_stopping_patience", allow_none=True, at_most=10_000)
+        _check(0 <= self.eval_samples <= 32, "train.eval_samples", f"must be in [0, 32], got {self.eval_samples!r}")
         delta = self.early_stopping_min_delta
         _check(0 <= delta < 100, "train.early_stopping_min_delta", f"must be in [0, 100), got {delta!r}")
 

@@ -55,6 +55,13 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     assert "slow_eval" not in [f["kind"] for f in summary["diagnosis"]]
     assert summary["steps"] == tiny_spec.train.max_steps
     assert summary["eval_loss"] < 0.5 * summary["initial_eval_loss"], summary
+    # At each evaluation (0, 30, 60) rank 0 answered 3 held-out prompts; the answers moved with training.
+    lines = [json.loads(x) for x in (result.local_dir / "samples.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 0, 0, 30, 30, 30, 60, 60, 60]
+    assert all(x["prompt"].endswith("assistant") and x["reference"] for x in lines), lines[0]
+    shown = summary["eval_samples"]
+    assert (shown["first_step"], shown["last_step"], len(shown["last"])) == (0, 60, 3)
+    assert [x["answer"] for x in shown["first"]] != [x["answer"] for x in shown["last"]]
     assert {e.kind for e in events} >= {"phase", "progress", "summary"}
     assert json.loads((result.local_dir / "summary.json").read_text())["eval_loss"] == summary["eval_loss"]
     adapter = Path(result.adapter_dir)
