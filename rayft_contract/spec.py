@@ -216,6 +216,9 @@ class TrainSpec:
     """Decay after warmup: ``cosine`` or ``linear`` to 0, or ``constant`` (transformers' schedules of those names)."""
     warmup_steps: int = 0
     """Linear warmup steps from 0 to the peak learning rate."""
+    min_lr_ratio: float = 0.0
+    """Cosine only: the floor the learning rate decays to, as a share of the peak (transformers'
+    ``cosine_with_min_lr``; 0.1 is a common choice). 0: decay to zero."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay."""
     max_grad_norm: float | None = 1.0
@@ -250,6 +253,12 @@ class TrainSpec:
         _positive(self.learning_rate, "train.learning_rate", at_most=1.0)
         schedules = typing.get_args(Schedule)
         _check(self.lr_schedule in schedules, "train.lr_schedule", f"must be one of {schedules}")
+        _check(0 <= self.min_lr_ratio < 1, "train.min_lr_ratio", f"must be in [0, 1), got {self.min_lr_ratio!r}")
+        _check(
+            self.min_lr_ratio == 0 or self.lr_schedule == "cosine",
+            "train.min_lr_ratio",
+            "applies to lr_schedule: cosine only; set it to 0 or the schedule to cosine",
+        )
         _check(0 <= self.warmup_steps <= STEPS_MAX, "train.warmup_steps", f"must be in [0, {STEPS_MAX}]")
         _check(0 <= self.weight_decay <= 10, "train.weight_decay", "must be in [0, 10]")
         _positive(self.max_grad_norm, "train.max_grad_norm", allow_none=True, at_most=1e6)

@@ -128,7 +128,7 @@ class DataSpec(_message.Message):
     def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ..., shuffle: _Optional[bool] = ..., shuffle_buffer_rows: _Optional[int] = ...) -> None: ...
 
 class TrainSpec(_message.Message):
-    __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures", "early_stopping_patience", "early_stopping_min_delta", "eval_samples")
+    __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures", "early_stopping_patience", "early_stopping_min_delta", "eval_samples")
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class TrainSpec(_message.Message):
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     LR_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     WARMUP_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MIN_LR_RATIO_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     MAX_GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +155,7 @@ class TrainSpec(_message.Message):
     learning_rate: float
     lr_schedule: str
     warmup_steps: int
+    min_lr_ratio: float
     weight_decay: float
     max_grad_norm: float
     seed: int
@@ -165,7 +167,7 @@ class TrainSpec(_message.Message):
     early_stopping_patience: int
     early_stopping_min_delta: float
     eval_samples: int
-    def __init__(self, max_steps: _Optional[int] = ..., epochs: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., lr_schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., weight_decay: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., gradient_checkpointing: _Optional[bool] = ..., log_every: _Optional[int] = ..., eval_every: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., max_failures: _Optional[int] = ..., early_stopping_patience: _Optional[int] = ..., early_stopping_min_delta: _Optional[float] = ..., eval_samples: _Optional[int] = ...) -> None: ...
+    def __init__(self, max_steps: _Optional[int] = ..., epochs: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., lr_schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., min_lr_ratio: _Optional[float] = ..., weight_decay: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., gradient_checkpointing: _Optional[bool] = ..., log_every: _Optional[int] = ..., eval_every: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., max_failures: _Optional[int] = ..., early_stopping_patience: _Optional[int] = ..., early_stopping_min_delta: _Optional[float] = ..., eval_samples: _Optional[int] = ...) -> None: ...
 
 class ScalingSpec(_message.Message):
     __slots__ = ("num_workers", "use_gpu", "strategy", "cpus_per_worker")

@@ -75,6 +75,7 @@ INVALID = [
     ("train", "early_stopping_patience", 0, "train.early_stopping_patience"),
     ("train", "early_stopping_min_delta", -0.1, "train.early_stopping_min_delta"),
     ("train", "eval_samples", 33, "train.eval_samples"),
+    ("train", "min_lr_ratio", 1.0, "train.min_lr_ratio"),
     ("tracking", "mlflow", "yes", "tracking.mlflow"),
     ("tracking", "mlflow_uri", " ", "tracking.mlflow_uri"),
     ("tracking", "experiment", "", "tracking.experiment"),
