@@ -35,6 +35,10 @@ class Fetched:
     """``local`` (used in place), ``cache`` (hit), ``download`` (miss), ``hub-cache`` or ``hub``."""
     bytes_downloaded: int = 0
     seconds: float = 0.0
+    identity: str = ""
+    """Which exact base this is, so an adapter stays tied to it: the hub commit, or a SHA-256 over every file's
+    name and size and the config's bytes (``s3://``: as listed; local: as on disk). Not a hash of the weights'
+    bytes: that would read gigabytes on every job."""
 
     @property
     def hit(self) -> bool:
@@ -64,7 +68,8 @@ def fetch_model(path: str, revision: str | None = None, root: str | None = None,
     if path.startswith("s3://"):
         return _from_s3(path, root or cache.default_root(), start, count_hit)
     if Path(path).expanduser().is_dir():
-        return Fetched(str(Path(path).expanduser()), "local")
+        local = Path(path).expanduser()
+        return Fetched(str(local), "local", identity=_files_identity(local))
     return _from_hub(path, revision, start)
 
 
@@ -92,10 +97,11 @@ def _from_s3(uri: str, root: str, start: float, count_hit: bool) -> Fetched:
                 _verify_sizes(payload.path, listing)
                 size = sum(s for _, s, _ in listing)
                 cache.commit(entry, payload, {"description": f"model {uri}", "bytes": size, "files": len(listing)})
-                return Fetched(payload.path, "download", size, time.perf_counter() - start)
+                return Fetched(payload.path, "download", size, time.perf_counter() - start, _files_identity(Path(payload.path)))
     if count_hit:
         cache.record_hit(entry)
-    return Fetched(cache.payload_of(entry, meta).path, "cache", 0, time.perf_counter() - start)
+    local = cache.payload_of(entry, meta).path
+    return Fetched(local, "cache", 0, time.perf_counter() - start, _files_identity(Path(local)))
 
 
 def _verify_sizes(directory: str, listing: list[tuple[str, int, int]]) -> None:
@@ -107,10 +113,21 @@ def _verify_sizes(directory: str, listing: list[tuple[str, int, int]]) -> None:
 
 def _from_hub(repo_id: str, revision: str | None, start: float) -> Fetched:
     local, downloaded = hub_snapshot(repo_id, revision, "model", "model.path")
+    commit = f"hub commit {Path(local).name}"  # the hub cache keeps each snapshot under its commit hash
     if not downloaded:
-        return Fetched(local, "hub-cache", 0, time.perf_counter() - start)
+        return Fetched(local, "hub-cache", 0, time.perf_counter() - start, commit)
     size = sum(f.stat().st_size for f in Path(local).rglob("*") if f.is_file())
-    return Fetched(local, "hub", size, time.perf_counter() - start)
+    return Fetched(local, "hub", size, time.perf_counter() - start, commit)
+
+
+def _files_identity(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for f in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(f"{f.relative_to(directory)}\0{f.stat().st_size}\0".encode())
+    config = directory / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    return f"files sha256:{digest.hexdigest()[:32]}"
 
 
 def hub_snapshot(repo_id: str, revision: str | None, repo_type: str, field: str) -> tuple[str, bool]:

@@ -166,7 +166,8 @@ def _cache_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     if model := summary.get("caches", {}).get("model"):
-        rows.append(("model", f"{model['source']}: {model['bytes_downloaded']:,} bytes downloaded"))
+        identity = f" ({model['identity']})" if model.get("identity") else ""
+        rows.append(("model", f"{model['source']}: {model['bytes_downloaded']:,} bytes downloaded{identity}"))
     if quality := summary.get("data_quality"):
         kinds = ", ".join(f"{n} {k}" for k, n in quality["bad_by_kind"].items()) or "none"
         rows.append(

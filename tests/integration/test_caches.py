@@ -102,6 +102,7 @@ def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once
     assert (data["hit"], data["bytes_downloaded"], data["rows_tokenized"]) == (True, 0, 0)
     assert data["key"] == cold["caches"]["dataset"]["key"]
     assert (model["source"], model["bytes_downloaded"]) == ("cache", 0)
+    assert model["identity"] == cold["caches"]["model"]["identity"] != "", "the same base, named the same way"
     assert warm["data_quality"] == quality, "the entry keeps the report of the rows it skipped"
     assert warm["steps"] == 4 and warm["tokens"] > 0
 

@@ -121,3 +121,17 @@ def test_hub_model_hits_the_hub_cache(hub_cache):
     snapshot = hub_cache("model", "acme/tiny", {"config.json": b"{}"})
     fetched = fetch_model("acme/tiny")
     assert (fetched.path, fetched.source, fetched.bytes_downloaded) == (str(snapshot), "hub-cache", 0)
+    assert fetched.identity == "hub commit " + "0" * 40, "the summary ties the adapter to the exact snapshot"
+
+
+def test_a_local_base_is_identified_by_its_files_and_config(tmp_path):
+    from ray_jobs.model_cache import fetch_model
+
+    (tmp_path / "config.json").write_text('{"hidden_size": 64}')
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
+    first = fetch_model(str(tmp_path)).identity
+    assert first.startswith("files sha256:") and fetch_model(str(tmp_path)).identity == first
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 11)  # re-saved weights of another size
+    second = fetch_model(str(tmp_path)).identity
+    (tmp_path / "config.json").write_text('{"hidden_size": 128}')
+    assert len({first, second, fetch_model(str(tmp_path)).identity}) == 3
