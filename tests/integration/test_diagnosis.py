@@ -95,6 +95,10 @@ def test_padding_heavy_data_without_packing(ray_cluster, tiny_spec, tmp_path):
 def test_slow_first_steps_are_warmup(ray_cluster, tiny_spec):
     summary, events, _ = profiled(tiny_spec, Chaos(slow_steps=8, slow_step_s=0.8), steps=30)
     assert kinds(summary) == ["warmup"], summary["diagnosis"]
-    assert summary["timing"]["warmup_steps"] == 8
-    assert "first 8 steps" in summary["diagnosis"][0]["message"]
-    assert summary["efficiency"]["steady_steps"] == 22, "steady state leaves the warm-up out"
+    # The 8 injected steps are the warm-up. The step after them is not injected: on 2 busy cores it can be a
+    # 0.2 s step twice the median, and then the warm-up reads 9 (seen once in a fresh-clone CI run). The test
+    # asserts the injected cause, not the speed of the step after it.
+    warm = summary["timing"]["warmup_steps"]
+    assert warm in (8, 9), warm
+    assert f"first {warm} steps" in summary["diagnosis"][0]["message"]
+    assert summary["efficiency"]["steady_steps"] == 30 - warm, "steady state leaves the warm-up out"

@@ -48,10 +48,11 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
 
     assert summary["layout"] == "ddp"
     assert summary["kernels"] == "none (Liger's Triton kernels need a CUDA GPU, this worker has cpu)"  # model.kernels: auto
-    # The cached eval split is read straight from its Parquet files: 3 passes (the baseline among them) cost
-    # a small share of the job, where streaming the first pass through Ray Data made the demo's slow_eval.
+    # The cached eval split is read straight from its Parquet files, so the first pass (the baseline) costs
+    # about what the later two do from memory; streaming it through Ray Data made it about 25x a later one
+    # and the demo's slow_eval. (The first also loads the tokenizer for the samples.)
     phases = summary["timing"]["phases"]
-    assert (phases["first_eval"] + phases["eval"]) / summary["wall_time_s"] < 0.05, phases
+    assert phases["first_eval"] < 5 * phases["eval"] / 2, phases
     assert "slow_eval" not in [f["kind"] for f in summary["diagnosis"]]
     assert summary["steps"] == tiny_spec.train.max_steps
     assert summary["eval_loss"] < 0.5 * summary["initial_eval_loss"], summary
