@@ -10,46 +10,61 @@ draws the loss curves and steady tokens/s into OUT.png.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
-def load(run_dir: Path) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
+from rayft_contract.records import JobSummary, Progress  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    summary: JobSummary
+    losses: dict[int, float]
+    """Training loss by step (a resumed step replaces its first attempt)."""
+    data_wait: float
+
+
+def load(run_dir: Path) -> Run:
+    summary = JobSummary.from_dict(json.loads((run_dir / "summary.json").read_text()))
     losses, waits = {}, []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         event = json.loads(line)
-        if event.get("kind") == "progress" and "loss" in event:
-            losses[event["step"]] = event["loss"]  # a resumed step replaces its first attempt
-            if event.get("data_wait_frac") is not None:
-                waits.append(event["data_wait_frac"])
-    return {"summary": summary, "losses": losses, "data_wait": sum(waits) / max(len(waits), 1)}
+        if event["kind"] != "progress":
+            continue
+        report = Progress.from_dict(event)
+        if report.trained:
+            losses[report.step] = report.loss
+            if report.data_wait_frac is not None:
+                waits.append(report.data_wait_frac)
+    return Run(summary, losses, sum(waits) / max(len(waits), 1))
 
 
-def table(runs: dict[str, dict]) -> str:
+def table(runs: dict[str, Run]) -> str:
     ref_name, ref = next(iter(runs.items()))
     rows = [
         "| run | micro-batch | kernels | steady tokens/s | vs first | MFU | peak GiB | first step s | data wait "
         f"| max loss diff vs {ref_name} |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    base_tps = ref["summary"]["steady_tokens_per_s"]
+    base_tps = ref.summary.steady_tokens_per_s
     for name, run in runs.items():
-        s = run["summary"]
-        common = sorted(set(run["losses"]) & set(ref["losses"]))
-        diff = max((abs(run["losses"][i] / ref["losses"][i] - 1) for i in common), default=float("nan"))
-        mfu = s.get("mfu")
+        s = run.summary
+        common = sorted(set(run.losses) & set(ref.losses))
+        diff = max((abs(run.losses[i] / ref.losses[i] - 1) for i in common), default=float("nan"))
         rows.append(
-            f"| {name} | {s.get('micro_batch') or s['spec']['train']['micro_batch_size']} | {s.get('kernels') or '-'} "
-            f"| {s['steady_tokens_per_s']:,.0f} | {s['steady_tokens_per_s'] / base_tps:.2f}x "
-            f"| {'-' if mfu is None else f'{mfu:.1%}'} | {s.get('gpu_mem_peak_gb') or 0:.1f} "
-            f"| {s.get('time_to_first_step_s') or 0:.1f} | {run['data_wait']:.1%} | {diff:.2%} over {len(common)} steps |"
+            f"| {name} | {s.micro_batch or '-'} | {s.kernels or '-'} "
+            f"| {s.steady_tokens_per_s:,.0f} | {s.steady_tokens_per_s / base_tps:.2f}x "
+            f"| {'-' if s.mfu is None else f'{s.mfu:.1%}'} | {s.gpu_mem_peak_gb or 0:.1f} "
+            f"| {s.time_to_first_step_s or 0:.1f} | {run.data_wait:.1%} | {diff:.2%} over {len(common)} steps |"
         )
     return "\n".join(rows)
 
 
-def plot(runs: dict[str, dict], out: Path) -> None:
+def plot(runs: dict[str, Run], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,12 +72,12 @@ def plot(runs: dict[str, dict], out: Path) -> None:
 
     fig, (ax_loss, ax_tps) = plt.subplots(1, 2, figsize=(11, 4))
     for name, run in runs.items():
-        steps = sorted(run["losses"])
-        ax_loss.plot(steps, [run["losses"][i] for i in steps], marker=".", label=name)
+        steps = sorted(run.losses)
+        ax_loss.plot(steps, [run.losses[i] for i in steps], marker=".", label=name)
     ax_loss.set(xlabel="step", ylabel="training loss", title="loss at equal steps")
     ax_loss.legend()
     names = list(runs)
-    ax_tps.barh(names, [runs[n]["summary"]["steady_tokens_per_s"] for n in names])
+    ax_tps.barh(names, [runs[n].summary.steady_tokens_per_s for n in names])
     ax_tps.set(xlabel="steady tokens/s", title="throughput")
     ax_tps.invert_yaxis()
     fig.tight_layout()

@@ -119,7 +119,7 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     start = time.perf_counter()  # one shuffled epoch read back the way a trainer reads it
     tokens = prepared.order.dataset(0, world=1, micro_batch_size=1).sum("num_tokens")
     epoch_read_s = time.perf_counter() - start
-    rows = prepared.cache["rows_tokenized"]
+    rows = prepared.cache.rows_tokenized
     start = time.perf_counter()
     files = data_files(spec.data.path)
     tokenize(spec.data, files, "chat", spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
@@ -167,13 +167,13 @@ def cold_and_warm(spec: FineTuneSpec, tiny: Path, data: Path, work: Path) -> dic
     runs = {}
     for label in ("cold", "warm"):
         summary = run(spec.replace(name=f"start-{label}")).summary
-        d, m = summary["caches"]["dataset"], summary["caches"]["model"]
+        d, m = summary.caches.dataset, summary.caches.model
         runs[label] = {
-            "time_to_first_step_s": summary["time_to_first_step_s"],
-            "wall_time_s": summary["wall_time_s"],
-            "bytes_downloaded": d["bytes_downloaded"] + m["bytes_downloaded"],
-            "rows_tokenized": d["rows_tokenized"],
-            "data_prepare_s": d["seconds"],
+            "time_to_first_step_s": summary.time_to_first_step_s,
+            "wall_time_s": summary.wall_time_s,
+            "bytes_downloaded": d.bytes_downloaded + m.bytes_downloaded,
+            "rows_tokenized": d.rows_tokenized,
+            "data_prepare_s": d.seconds,
         }
         print(label, runs[label])
     server.stop()

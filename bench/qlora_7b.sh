@@ -38,8 +38,9 @@ if [ -n "${PROFILE:-}" ]; then
 fi
 python3 - "$OUT/metrics.jsonl" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+from rayft_contract.records import Progress
+reports = [Progress.from_dict(e) for e in map(json.loads, open(sys.argv[1])) if e["kind"] == "progress"]
 print("step  loss    tokens/s  step_s  data_wait  peak_GiB")
-for r in rows:
-    print(f"{r['step']:4d}  {r['loss']:.3f}  {r['tokens_per_s']:8.0f}  {r['step_time_s']:6.2f}  {r['data_wait_frac']:9.3f}  {r.get('gpu_mem_peak_gb', 0):7.1f}")
+for r in (r for r in reports if r.trained):
+    print(f"{r.step:4d}  {r.loss:.3f}  {r.tokens_per_s or 0:8.0f}  {r.step_time_s or 0:6.2f}  {r.data_wait_frac or 0:9.3f}  {r.gpu_mem_peak_gb or 0:7.1f}")
 PY

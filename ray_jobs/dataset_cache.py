@@ -29,6 +29,7 @@ from ray_jobs.data_order import CachedOrder, CacheFile
 from ray_jobs.model_cache import Fetched, fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
 from ray_jobs.quality import QualityReport
+from rayft_contract.records import DatasetCacheInfo
 from rayft_contract.spec import FineTuneSpec
 
 CACHE_VERSION = 3
@@ -54,8 +55,7 @@ class Prepared:
 
     datasets: dict[str, Any]
     """What Ray Train splits over the workers: ``eval``, and ``train`` when streaming."""
-    cache: dict[str, Any]
-    """``hit``, ``key``, ``uri``, ``bytes_downloaded``, ``rows_tokenized``, ``seconds``."""
+    cache: DatasetCacheInfo
     ledger: Any = None
     """Streaming mode: the live :class:`RowLedger` (the report is final only after training)."""
     quality: QualityReport | None = None
@@ -90,12 +90,7 @@ def prepare(
         datasets = {s: ds.select_columns(TOKEN_COLUMNS) for s, ds in datasets.items()}
         if "eval" in datasets:
             datasets["eval"] = datasets["eval"].materialize()
-        info = {
-            "enabled": False,
-            "hit": False,
-            "bytes_downloaded": inputs.bytes,
-            "rows_tokenized": None,
-        }
+        info = DatasetCacheInfo(enabled=False, bytes_downloaded=inputs.bytes)
         return Prepared(datasets, info, ledger=ledger)
 
     key, parts = dataset_key(spec, inputs, model)
@@ -120,16 +115,16 @@ def prepare(
         )
         for split in ("train", "eval")
     )
-    info = {
-        "enabled": True,
-        "hit": hit,
-        "key": key,
-        "uri": entry.uri,
-        "bytes_downloaded": 0 if hit else meta["source_bytes"],
-        "rows_tokenized": 0 if hit else meta["quality"]["rows"],
-        "packed_rows": meta["rows_by_split"],
-        "seconds": time.perf_counter() - start,
-    }
+    info = DatasetCacheInfo(
+        enabled=True,
+        hit=hit,
+        key=key,
+        uri=entry.uri,
+        bytes_downloaded=0 if hit else meta["source_bytes"],
+        rows_tokenized=0 if hit else meta["quality"]["rows"],
+        packed_rows=meta["rows_by_split"],
+        seconds=time.perf_counter() - start,
+    )
     eval_split = eval_split if eval_split.files else None
     return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]), order=order, eval_split=eval_split)
 

@@ -28,11 +28,9 @@ gets the same verdict on an idle GPU host and on a busy 2-core laptop:
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 from ray_jobs.profile import JobProfile
 from rayft_contract.phases import Phase
+from rayft_contract.records import Finding
 from rayft_contract.spec import FineTuneSpec
 
 DATA_WAIT_FRAC = 0.10
@@ -43,17 +41,8 @@ WARMUP_COST_FRAC = 0.10
 WARMUP_WALL_FRAC = 0.03
 FREE_MEMORY_FRAC = 0.40
 EVAL_FRAC = 0.15
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    kind: str
-    message: str
-    cost_s: float
-    """Seconds this problem cost (what ranks the findings)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+KINDS = ("data_bound", "slow_checkpoint", "padding", "warmup", "grad_checkpointing", "slow_eval")
+"""Every kind of finding, in the order the rules run (the proto's ``Diagnosis.kind`` comment names them all)."""
 
 
 def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Finding]:
@@ -78,7 +67,7 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
             Finding("data_bound", f"data wait is {wait / step_wall:.0%} of step time: the GPU waits for batches; {fix}", wait)
         )
 
-    periodic = [s for s in profile.steps if s.seconds(Phase.CHECKPOINT) and s.step != profile.final_step()]
+    periodic = [s for s in profile.steps if s.seconds(Phase.CHECKPOINT) and s.step != profile.total_steps]
     saves, count = sum(s.seconds(Phase.CHECKPOINT) for s in periodic), len(periodic)
     loop_time = profile.training_time() or 1e-9
     if saves / loop_time >= CHECKPOINT_FRAC:
@@ -91,19 +80,19 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
             )
         )
 
-    if eff["padding_frac"] >= PADDING_FRAC:
+    if eff.padding_frac >= PADDING_FRAC:
         fix = (
             "turn data.packing on to fill rows with whole examples"
             if not spec.data.packing
             else "lower data.max_seq_len toward your longest examples, or train.micro_batch_size"
         )
-        cost = eff["padding_frac"] * step_wall
-        findings.append(Finding("padding", f"{eff['padding_frac']:.0%} of the tokens the model runs on are padding: {fix}", cost))
+        cost = eff.padding_frac * step_wall
+        findings.append(Finding("padding", f"{eff.padding_frac:.0%} of the tokens the model runs on are padding: {fix}", cost))
 
     k = profile.warmup_steps()
     slowdown = profile.warmup_slowdown()
     train_time = sum(s.wall for s in profile.steps)
-    warmup_extra = rows["warmup_steps"] - k * eff["step_time_s"] if k else 0.0
+    warmup_extra = rows["warmup_steps"] - k * eff.step_time_s if k else 0.0
     material = warmup_extra / train_time >= WARMUP_COST_FRAC and warmup_extra / wall >= WARMUP_WALL_FRAC
     if k and slowdown >= WARMUP_SLOWDOWN and material:
         findings.append(
@@ -128,9 +117,9 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
             )
         )
 
-    peak, total = eff["gpu_mem_peak_gb"], eff["gpu_mem_total_gb"]
-    shape = profile.about.get("model_shape") or {}
-    if shape.get("gradient_checkpointing") and peak and total and 1 - peak / total >= FREE_MEMORY_FRAC:
+    peak, total = eff.gpu_mem_peak_gb, eff.gpu_mem_total_gb
+    shape = profile.facts.model_shape
+    if shape and shape.gradient_checkpointing and peak and total and 1 - peak / total >= FREE_MEMORY_FRAC:
         findings.append(
             Finding(
                 "grad_checkpointing",

@@ -17,6 +17,7 @@ from typing import Any
 from ray.train import UserCallback
 
 from rayft_contract.events import Event
+from rayft_contract.records import Progress
 
 
 class ForwardReports(UserCallback):
@@ -26,7 +27,8 @@ class ForwardReports(UserCallback):
         self.queue = queue
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        self.queue.put(Event("timing" if metrics[0].get("final") else "progress", dict(metrics[0])))
+        report = Progress.from_dict(metrics[0])  # rank 0's
+        self.queue.put(Event("timing" if report.final else "progress", report.to_dict()))
 
     def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
         errors = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in worker_exceptions.items()}

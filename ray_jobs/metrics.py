@@ -8,8 +8,8 @@ around asynchronous work; the events are resolved at the next report, when the l
 On CPU every phase is synchronous and uses the host clock.
 
 ``meter.window()`` returns the finished steps since the last window, one
-:class:`~rayft_contract.records.StepRecord` each (as its ``to_dict()`` under ``step_timing``: it
-travels inside ``ray.train.report``), and the rates the progress bar shows, from the same records.
+:class:`~rayft_contract.records.StepRecord` each (``step_timing``), and the rates the progress bar
+shows, from the same records: the :class:`~rayft_contract.records.Progress` fields of the next report.
 """
 
 from __future__ import annotations
@@ -87,5 +87,5 @@ class StepMeter:
             "samples_per_s": sum(s.samples for s in steps) / wall,
             "step_time_s": wall / max(len(steps), 1),
             "data_wait_frac": data_wait / wall,
-            "step_timing": [s.to_dict() for s in steps],
+            "step_timing": tuple(steps),
         }

@@ -16,47 +16,16 @@ on a node downloads, the rest hit. Only the driver's call counts as the job's hi
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from ray_jobs import cache
+from rayft_contract.records import Fetched
 from rayft_contract.spec import SpecError
 
-
-@dataclasses.dataclass(frozen=True)
-class Fetched:
-    path: str
-    """The model's local directory."""
-    source: str
-    """``local`` (used in place), ``cache`` (hit), ``download`` (miss), ``hub-cache`` or ``hub``."""
-    bytes_downloaded: int = 0
-    seconds: float = 0.0
-    identity: str = ""
-    """Which exact base this is, so an adapter stays tied to it: the hub commit, or a SHA-256 over every file's
-    name and size and the config's bytes (``s3://``: as listed; local: as on disk). Not a hash of the weights'
-    bytes: that would read gigabytes on every job."""
-
-    @property
-    def hit(self) -> bool:
-        return self.source in ("local", "cache", "hub-cache")
-
-    def describe(self) -> str:
-        """One line for the progress view: where the model came from."""
-        if self.source == "download":
-            return f"downloaded {self.bytes_downloaded / 2**20:.1f} MiB into the cache in {self.seconds:.1f} s"
-        return {
-            "local": "local directory",
-            "cache": "model cache hit",
-            "hub-cache": "hub cache hit",
-            "hub": "downloaded from the hub",
-        }[self.source]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "hit": self.hit}
+__all__ = ["Fetched", "fetch_model", "hub_snapshot"]
 
 
 def fetch_model(path: str, revision: str | None = None, root: str | None = None, *, count_hit: bool = True) -> Fetched:

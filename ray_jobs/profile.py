@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rayft_contract.phases import STEP_PHASES, Phase
-from rayft_contract.records import StepRecord
+from rayft_contract.records import Efficiency, ModelShape, Progress, RunFacts, SetupTimes, StepRecord
 
 PEAK_BF16_FLOPS = {
     "H200": 989.4e12,
@@ -61,7 +61,7 @@ def peak_flops(device: Any) -> float | None:
     return next((peak for key, peak in PEAK_BF16_FLOPS.items() if key in name), None)
 
 
-def model_shape(model: Any, gradient_checkpointing: bool = False) -> dict[str, Any]:
+def model_shape(model: Any, gradient_checkpointing: bool = False) -> ModelShape:
     """What the FLOPs formula needs, read from the (PEFT) model before it is wrapped."""
     frozen = trainable = 0
     for name, module in model.named_modules():
@@ -74,20 +74,20 @@ def model_shape(model: Any, gradient_checkpointing: bool = False) -> dict[str, A
             frozen += size
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return {
-        "matmul_params": frozen + trainable,
-        "trainable_matmul_params": trainable,
-        "layers": config.num_hidden_layers,
-        "attn_dim": config.num_attention_heads * head_dim,
-        "gradient_checkpointing": gradient_checkpointing,
-    }
+    return ModelShape(
+        matmul_params=frozen + trainable,
+        trainable_matmul_params=trainable,
+        layers=config.num_hidden_layers,
+        attn_dim=config.num_attention_heads * head_dim,
+        gradient_checkpointing=gradient_checkpointing,
+    )
 
 
-def step_flops(shape: dict[str, Any], tokens: float, attn_ctx: float) -> tuple[float, float]:
+def step_flops(shape: ModelShape, tokens: float, attn_ctx: float) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of a step that trained ``tokens`` with ``attn_ctx`` total context."""
-    n, lora, ld = shape["matmul_params"], shape["trainable_matmul_params"], shape["layers"] * shape["attn_dim"]
+    n, lora, ld = shape.matmul_params, shape.trainable_matmul_params, shape.layers * shape.attn_dim
     model = (4 * n + 2 * lora) * tokens + 12 * ld * attn_ctx
-    recompute = (2 * n * tokens + 4 * ld * attn_ctx) if shape["gradient_checkpointing"] else 0.0
+    recompute = (2 * n * tokens + 4 * ld * attn_ctx) if shape.gradient_checkpointing else 0.0
     return model, model + recompute
 
 
@@ -100,9 +100,13 @@ class JobProfile:
         self.driver: dict[str, float] = {}
         self.fit_start: float | None = None
         self.fit_end: float | None = None
-        self.setup: dict[str, float] = {}
+        self.setup: SetupTimes | None = None
         self.steps: list[StepRecord] = []
-        self.about: dict[str, Any] = {}
+        self.facts = RunFacts()
+        self.total_steps: int | None = None
+        """The run's last step, once a report has said how many there are."""
+        self.gpu_mem_peak_gb: float | None = None
+        self.gpu_mem_total_gb: float | None = None
         self.worker_end: float | None = None
 
     @contextlib.contextmanager
@@ -113,15 +117,15 @@ class JobProfile:
         finally:
             self.driver[name] = self.driver.get(name, 0.0) + time.time() - t0
 
-    def add(self, report: dict[str, Any]) -> None:
-        """Fold in one progress report (rank 0's metrics)."""
-        self.setup.update(report.get("setup", {}))
-        self.steps.extend(StepRecord.from_dict(s) for s in report.get("step_timing", []))
-        for key in ("model_shape", "peak_flops", "world_size", "gpu_mem_peak_gb", "gpu_mem_total_gb", "total_steps"):
-            if report.get(key) is not None:
-                self.about[key] = report[key]
-        if "worker_end_ts" in report:
-            self.worker_end = report["worker_end_ts"]
+    def add(self, report: Progress) -> None:
+        """Fold in one progress report (rank 0's)."""
+        self.setup = report.setup or self.setup
+        self.steps.extend(report.step_timing)
+        self.facts = report.facts or self.facts
+        self.total_steps = report.total_steps or self.total_steps
+        self.gpu_mem_peak_gb = report.gpu_mem_peak_gb if report.gpu_mem_peak_gb is not None else self.gpu_mem_peak_gb
+        self.gpu_mem_total_gb = report.gpu_mem_total_gb or self.gpu_mem_total_gb
+        self.worker_end = report.worker_end_ts or self.worker_end
 
     # -- analysis ----------------------------------------------------------------------------
 
@@ -141,10 +145,6 @@ class JobProfile:
         """Seconds from the first step's first batch to the last step's end (the loop's own time)."""
         return sum(s.wall for s in self.steps) - (self.steps[0].seconds(Phase.DATA_WAIT) if self.steps else 0.0)
 
-    def final_step(self) -> int | None:
-        """The run's last step, once a report has said how many there are."""
-        return self.about.get("total_steps")
-
     def head_steps(self) -> int:
         """Steps left out of steady state: the warm-up, and always the first (it waits for the first batch)."""
         return max(self.warmup_steps(), 1) if len(self.steps) > 1 else 0
@@ -157,12 +157,13 @@ class JobProfile:
         rows: dict[str, float] = {
             name: self.driver.get(name, 0.0) for name in ("preflight", "connect", "model_fetch", "data_prepare", "trainer_setup")
         }
-        worker_start = self.setup.get("worker_start_ts")
+        setup = self.setup or SetupTimes(worker_start_ts=0.0)
+        worker_start = setup.worker_start_ts
         rows["worker_start"] = max(0.0, worker_start - self.fit_start) if worker_start and self.fit_start else 0.0
-        rows["model_load"] = self.setup.get("model_load_s", 0.0)
-        rows["resume"] = self.setup.get("resume_s", 0.0)
-        rows["first_eval"] = self.setup.get("first_eval_s", 0.0)
-        loop_start = self.setup.get("loop_start_ts")
+        rows["model_load"] = setup.model_load_s
+        rows["resume"] = setup.resume_s
+        rows["first_eval"] = setup.first_eval_s
+        loop_start = setup.loop_start_ts
         rows["worker_setup"] = (
             max(0.0, loop_start - worker_start - rows["model_load"] - rows["resume"] - rows["first_eval"])
             if loop_start and worker_start
@@ -182,36 +183,32 @@ class JobProfile:
         ordered[Phase.OTHER.value] = wall - sum(ordered.values())
         return ordered
 
-    def efficiency(self) -> dict[str, Any]:
+    def efficiency(self) -> Efficiency:
         """Steady-state throughput, MFU/HFU, padding share and memory."""
         steady = self.steady()
         wall = sum(s.training_wall for s in steady) or 1e-9  # evaluation is not training
         tokens = sum(s.tokens for s in steady)
-        world = self.about.get("world_size", 1)
-        out: dict[str, Any] = {
-            "steady_steps": len(steady),
-            "warmup_steps": self.warmup_steps(),
-            "head_steps": self.head_steps(),
-            "tokens_per_s": tokens / wall,
-            "tokens_per_s_per_worker": tokens / wall / world,
-            "samples_per_s": sum(s.samples for s in steady) / wall,
-            "step_time_s": wall / max(len(steady), 1),
-            "padding_frac": 1 - sum(s.tokens for s in self.steps) / max(sum(s.processed for s in self.steps), 1),
-            "mfu": None,
-            "hfu": None,
-            "flops_per_s": None,
-            "gpu_mem_peak_gb": self.about.get("gpu_mem_peak_gb"),
-            "gpu_mem_total_gb": self.about.get("gpu_mem_total_gb"),
-        }
-        shape = self.about.get("model_shape")
-        if shape:
+        world, shape, peak = self.facts.world_size, self.facts.model_shape, self.facts.peak_flops
+        flops: dict[str, float] = {}
+        if shape and steady:
             model, hardware = (sum(f) for f in zip(*(step_flops(shape, s.tokens, s.attn_ctx) for s in steady)))
-            out["flops_per_s"] = model / wall
-            peak = self.about.get("peak_flops")
+            flops["flops_per_s"] = model / wall
             if peak:
-                out["mfu"] = model / wall / (peak * world)
-                out["hfu"] = hardware / wall / (peak * world)
-        return out
+                flops["mfu"] = model / wall / (peak * world)
+                flops["hfu"] = hardware / wall / (peak * world)
+        return Efficiency(
+            steady_steps=len(steady),
+            warmup_steps=self.warmup_steps(),
+            head_steps=self.head_steps(),
+            tokens_per_s=tokens / wall,
+            tokens_per_s_per_worker=tokens / wall / world,
+            samples_per_s=sum(s.samples for s in steady) / wall,
+            step_time_s=wall / max(len(steady), 1),
+            padding_frac=1 - sum(s.tokens for s in self.steps) / max(sum(s.processed for s in self.steps), 1),
+            gpu_mem_peak_gb=self.gpu_mem_peak_gb,
+            gpu_mem_total_gb=self.gpu_mem_total_gb,
+            **flops,
+        )
 
     def warmup_slowdown(self) -> float:
         """How many times slower the warm-up steps ran than steady ones (1.0 without warm-up)."""

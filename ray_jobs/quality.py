@@ -26,6 +26,8 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
+from rayft_contract.records import BadRowSample, DataQuality
+
 BAD_ROW_KINDS = ("unparsable", "missing_field", "empty_completion", "too_long")
 MAX_EXAMPLES = 5
 """Locations kept per kind."""
@@ -43,27 +45,6 @@ class BadRow(ValueError):
 
 class DataQualityError(RuntimeError):
     """Too many bad rows; the message is the report."""
-
-
-@dataclasses.dataclass(frozen=True, order=True)
-class BadRowSample:
-    """One located bad row. Ordered by place in the data: file index in the listing, then line."""
-
-    file_index: int
-    """The file's position in the sorted listing of ``data.path`` (``ray_jobs.sources.data_files``)."""
-    line: int
-    """1-based line of a JSONL file, or row number in the other file types."""
-    kind: str = dataclasses.field(compare=False)
-    location: str = dataclasses.field(compare=False)
-    """``file:line``, as a user would open it."""
-    reason: str = dataclasses.field(compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BadRowSample:
-        return cls(**data)
 
 
 @dataclasses.dataclass
@@ -112,6 +93,10 @@ class QualityReport:
             "truncated": self.truncated,
             "examples": [e.to_dict() for e in self.examples],
         }
+
+    def summary(self) -> DataQuality:
+        """The summary's record of it."""
+        return DataQuality.from_dict(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QualityReport:

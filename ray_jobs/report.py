@@ -24,7 +24,7 @@ from pathlib import Path
 import grpc
 
 from rayft_contract.channel import TlsConfig, channel
-from rayft_contract.convert import event_to_proto, progress_from_metrics, spec_from_proto
+from rayft_contract.convert import event_to_proto, spec_from_proto
 from rayft_contract.events import Event
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.v1 import finetune_pb2 as pb
@@ -39,13 +39,6 @@ RETRYABLE = {
     grpc.StatusCode.UNKNOWN,  # what services before the store's fault mapping answered for a full disk
 }
 """Failures that say nothing about the report itself: sent again until the service takes it."""
-
-
-def to_proto(event: Event) -> pb.JobEvent:
-    """A progress report's metrics become Progress fields (with the ETA); every other kind maps as is."""
-    if event.kind == "progress":
-        event = Event("progress", progress_from_metrics(event.data), event.time)
-    return event_to_proto(event)
 
 
 def _backoff(first_s: float, cap_s: float = 10.0) -> Iterator[float]:
@@ -163,7 +156,7 @@ class Reporter:
         self._thread.start()
 
     def __call__(self, event: Event) -> None:
-        self._spool.put(to_proto(event).SerializeToString())
+        self._spool.put(event_to_proto(event).SerializeToString())
 
     def _on_job_ended(self) -> None:
         """The service has ended this job (cancelled): stop the whole driver, and with it its Ray actors.

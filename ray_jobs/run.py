@@ -34,6 +34,7 @@ from ray_jobs.profile import JobProfile
 from ray_jobs.summary import summarize
 from ray_jobs.tracking import Trackers
 from rayft_contract.events import Event
+from rayft_contract.records import Caches, Finding, JobSummary, Progress
 from rayft_contract.spec import FineTuneSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class JobResult:
     run_dir: str
     """Local path or ``s3://`` URI of ``{output.dir}/{name}``."""
     adapter_dir: str
-    summary: dict[str, Any]
+    summary: JobSummary
     local_dir: Path | None
     """The run dir itself when it is local; None for ``s3://`` (the staging copy is removed after upload)."""
 
@@ -101,6 +102,10 @@ class _Job:
     chaos: Chaos
     identity: RunIdentity
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Every event, as ``metrics.jsonl`` holds it."""
+    reports: list[Progress] = dataclasses.field(default_factory=list)
+    """Rank 0's reports (``progress`` and the closing ``timing``), in order."""
+    restarts: int = 0
     diagnosed: set[str] = dataclasses.field(default_factory=set)
     trackers: Trackers | None = None
     """TensorBoard (always) and MLflow (``tracking.mlflow``), fed as events arrive; closed with the summary."""
@@ -140,7 +145,7 @@ class _Job:
         with profile.phase("trainer_setup"):
             queue = Queue()
             trainer = _trainer(spec, loop, prepared.datasets, self.run_dir, queue)
-        emit(Event("phase", {"phase": "training", "total_steps": total_steps, "detail": _describe_cache(prepared.cache)}))
+        emit(Event("phase", {"phase": "training", "total_steps": total_steps, "detail": prepared.cache.describe()}))
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
             profile.fit_start = time.time()
@@ -162,13 +167,12 @@ class _Job:
             quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
             _export(result.checkpoint, spec, model.path, self.staging / "adapter")
         adapter_uri = self.run_dir.child("adapter").uri
-        summary = summarize(spec, self.history, profile, adapter_uri)
-        summary["caches"] = {"dataset": prepared.cache, "model": model.to_dict()}
-        summary["data_quality"] = quality.to_dict()
-        for finding in summary["diagnosis"]:
+        caches = Caches(dataset=prepared.cache, model=model)
+        summary = summarize(spec, self.reports, self.restarts, profile, adapter_uri, caches, quality.summary())
+        for finding in summary.diagnosis:
             self._diagnosed(finding)
-        self._write_outputs(summary)
-        emit(Event("summary", summary))
+        summary = self._write_outputs(summary)
+        emit(Event("summary", summary.to_dict()))
         return JobResult(self.run_dir.uri, adapter_uri, summary, self.staging if self.run_dir.is_local else None)
 
     def record(self, event: Event) -> None:
@@ -176,30 +180,33 @@ class _Job:
         self.history.append(event.to_dict())
         self.metrics_log.write(json.dumps(self.history[-1]) + "\n")
         self.metrics_log.flush()
-        if self.trackers is not None:
-            self.trackers.add(self.history[-1])
-        if event.data.get("eval_samples"):  # what the model answered at this evaluation (ray_jobs.samples)
-            with (self.staging / "samples.jsonl").open("a") as out:
-                for sample in event.data["eval_samples"]:
-                    out.write(json.dumps({"step": event.data["step"], **sample}) + "\n")
+        self.restarts += event.kind == "failure"
         if event.kind != "timing":  # the closing step records are for the profile only
             self.emit(event)
-        if event.kind in ("progress", "timing"):
-            self.profile.add(event.data)
-            steps, total = len(self.profile.steps), event.data.get("total_steps") or 0
-            if steps >= max(10, total // 5):  # enough steady steps to judge
-                for finding in diagnose(self.profile, self.spec, time.time() - self.profile.start):
-                    if finding.kind != "warmup":  # warm-up is only known once steady state is
-                        self._diagnosed(finding.to_dict())
+        if event.kind not in ("progress", "timing"):
+            return
+        report = Progress.from_dict(event.data)
+        self.reports.append(report)
+        if self.trackers is not None:
+            self.trackers.add(report)
+        if report.eval_samples:  # what the model answered at this evaluation (ray_jobs.samples)
+            with (self.staging / "samples.jsonl").open("a") as out:
+                for sample in report.eval_samples:
+                    out.write(json.dumps({"step": report.step, **sample.to_dict()}) + "\n")
+        self.profile.add(report)
+        if len(self.profile.steps) >= max(10, report.total_steps // 5):  # enough steady steps to judge
+            for finding in diagnose(self.profile, self.spec, time.time() - self.profile.start):
+                if finding.kind != "warmup":  # warm-up is only known once steady state is
+                    self._diagnosed(finding)
 
-    def _diagnosed(self, finding: dict[str, Any]) -> None:
-        if finding["kind"] not in self.diagnosed:
-            self.diagnosed.add(finding["kind"])
-            event = Event("diagnosis", finding)
+    def _diagnosed(self, finding: Finding) -> None:
+        if finding.kind not in self.diagnosed:
+            self.diagnosed.add(finding.kind)
+            event = Event("diagnosis", finding.to_dict())
             self.history.append(event.to_dict())
             self.emit(event)
 
-    def _write_outputs(self, summary: dict[str, Any]) -> None:
+    def _write_outputs(self, summary: JobSummary) -> JobSummary:
         """summary.json, the trackers' last scalars and report.png; the time they take joins the phase table."""
         from ray_jobs.visuals import write_png
 
@@ -207,12 +214,13 @@ class _Job:
         if self.trackers is not None:
             self.trackers.finish(summary)
             self.trackers = None
-        write_png(self.history, summary, self.staging / "report.png")
-        phases = summary["timing"]["phases"]
-        phases["write_reports"] = time.time() - t0
-        summary["wall_time_s"] = time.time() - self.profile.start
-        phases["other"] = summary["wall_time_s"] - sum(v for k, v in phases.items() if k != "other")
-        (self.staging / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_png(self.reports, summary, self.staging / "report.png")
+        phases = dict(summary.timing.phases, write_reports=time.time() - t0)
+        wall = time.time() - self.profile.start
+        phases["other"] = wall - sum(v for k, v in phases.items() if k != "other")
+        summary = summary.replace(wall_time_s=wall, timing=dataclasses.replace(summary.timing, phases=phases))
+        (self.staging / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2))
+        return summary
 
 
 def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: storage.Location, queue: Any) -> Any:
@@ -241,17 +249,6 @@ def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: s
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets,
-    )
-
-
-def _describe_cache(info: dict[str, Any]) -> str:
-    if not info["enabled"]:
-        return "dataset cache off: tokenizing while training"
-    if info["hit"]:
-        return f"dataset cache hit {info['key']}: 0 bytes downloaded, 0 rows tokenized"
-    return (
-        f"dataset cache miss {info['key']}: read {info['bytes_downloaded'] / 2**20:.1f} MiB, tokenized "
-        f"{info['rows_tokenized']} rows in {info['seconds']:.1f} s"
     )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ray_jobs.template import IGNORE_INDEX
+from rayft_contract.records import Sample
 
 MAX_NEW_TOKENS = 128
 """An answer stops at its end-of-turn token, the reference's length plus 16, or this, whichever comes first."""
@@ -47,9 +48,7 @@ def prompts_of(batches: Any, count: int) -> list[Prompt]:
     return found
 
 
-def answer_all(
-    model: Any, tokenizer: Any, prompts: list[Prompt], device: Any, autocast: Callable[[], Any]
-) -> list[dict[str, str]]:
+def answer_all(model: Any, tokenizer: Any, prompts: list[Prompt], device: Any, autocast: Callable[[], Any]) -> list[Sample]:
     """Greedy answers of ``model`` (the PEFT model, unwrapped) to ``prompts``, decoded beside prompt and reference."""
     import torch
 
@@ -72,11 +71,11 @@ def answer_all(
                     use_cache=True,
                 )
             out.append(
-                {
-                    "prompt": tokenizer.decode(prompt.ids, skip_special_tokens=True).strip(),
-                    "reference": tokenizer.decode(prompt.reference, skip_special_tokens=True).strip(),
-                    "answer": tokenizer.decode(generated[0, len(prompt.ids) :], skip_special_tokens=True).strip(),
-                }
+                Sample(
+                    prompt=tokenizer.decode(prompt.ids, skip_special_tokens=True).strip(),
+                    reference=tokenizer.decode(prompt.reference, skip_special_tokens=True).strip(),
+                    answer=tokenizer.decode(generated[0, len(prompt.ids) :], skip_special_tokens=True).strip(),
+                )
             )
     finally:
         model.train(was_training)

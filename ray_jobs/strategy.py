@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 class Strategy(Protocol):
     name: str
     """``single``, ``ddp`` or ``fsdp``: what the summary reports as the layout."""
+    one_rank_runs: bool
+    """One rank can run the model alone (to generate eval samples); not under FSDP2, where every forward is
+    a collective."""
 
     def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
         """The dtype bitsandbytes stores 4-bit weights in."""
@@ -64,6 +67,7 @@ def for_spec(spec: FineTuneSpec, world_size: int) -> Strategy:
 
 class Single:
     name = "single"
+    one_rank_runs = True
 
     def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
         import torch
@@ -95,6 +99,7 @@ class Single:
 
 class DDP:
     name = "ddp"
+    one_rank_runs = True
 
     def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
         import torch
@@ -129,6 +134,7 @@ class DDP:
 
 class FSDP2:
     name = "fsdp"
+    one_rank_runs = False
 
     def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
         return compute_dtype  # FSDP shards flat parameters of one dtype

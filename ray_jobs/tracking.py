@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rayft_contract.records import JobSummary, Progress
 from rayft_contract.spec import FineTuneSpec
 
 SCALARS = (
@@ -52,25 +53,25 @@ class Trackers:
         mlflow = _MlflowRun.start(spec, staging, owner) if spec.tracking.mlflow else None
         return cls(SummaryWriter(str(staging / "tensorboard")), mlflow)
 
-    def add(self, event: dict[str, Any]) -> None:
-        if event["kind"] != "progress" or "step" not in event:
+    def add(self, report: Progress) -> None:
+        if report.final:  # the closing report: step records only
             return
-        values = {key: float(event[key]) for key in SCALARS if event.get(key) is not None}
+        values = {key: float(getattr(report, key)) for key in SCALARS if getattr(report, key) is not None}
         for key, value in values.items():
-            self.tensorboard.add_scalar(f"train/{key}", value, event["step"])
+            self.tensorboard.add_scalar(f"train/{key}", value, report.step)
         self.tensorboard.flush()  # followable now, not after tensorboardX's two-minute flush interval
         if self.mlflow is not None:
-            self.mlflow.log(values, event["step"])
+            self.mlflow.log(values, report.step)
 
-    def finish(self, summary: dict[str, Any] | None) -> None:
+    def finish(self, summary: JobSummary | None) -> None:
         if summary is not None:
-            steps = summary["steps"]
-            for name, seconds in summary["timing"]["phases"].items():
+            steps = summary.steps
+            for name, seconds in summary.timing.phases.items():
                 self.tensorboard.add_scalar(f"time/{name}_s", seconds, steps)
-            for key, value in summary["efficiency"].items():
+            for key, value in summary.efficiency.to_dict().items():
                 if isinstance(value, (int, float)):
                     self.tensorboard.add_scalar(f"efficiency/{key}", value, steps)
-            diagnosis = "\n\n".join(f["message"] for f in summary["diagnosis"]) or "no bottleneck found"
+            diagnosis = "\n\n".join(f.message for f in summary.diagnosis) or "no bottleneck found"
             self.tensorboard.add_text("diagnosis", diagnosis, steps)
         self.tensorboard.close()
         if self.mlflow is not None:
@@ -110,16 +111,16 @@ class _MlflowRun:
         now = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(key, value, now, step) for key, value in values.items()])
 
-    def end(self, summary: dict[str, Any] | None) -> None:
+    def end(self, summary: JobSummary | None) -> None:
         if summary is not None:
             final = {
-                "steady_tokens_per_s": summary.get("steady_tokens_per_s"),
-                "mfu": summary.get("mfu"),
-                "wall_time_s": summary.get("wall_time_s"),
-                "time_to_first_step_s": summary.get("time_to_first_step_s"),
-                "final_eval_loss": summary.get("eval_loss"),
+                "steady_tokens_per_s": summary.steady_tokens_per_s,
+                "mfu": summary.mfu,
+                "wall_time_s": summary.wall_time_s,
+                "time_to_first_step_s": summary.time_to_first_step_s,
+                "final_eval_loss": summary.eval_loss,
             }
-            self.log({k: float(v) for k, v in final.items() if v is not None}, summary["steps"])
+            self.log({k: float(v) for k, v in final.items() if v is not None}, summary.steps)
         self.client.set_terminated(self.run_id, "FINISHED" if summary is not None else "FAILED")
 
 

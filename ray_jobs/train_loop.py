@@ -1,6 +1,7 @@
 """The per-worker training loop that Ray Train runs on every worker.
 
-Reads top to bottom: set up (model, LoRA, DDP/FSDP, optimizer, schedule, resume), then steps.
+Reads top to bottom: set up (model, LoRA, the strategy, optimizer, schedule, resume), then steps, each
+its math (:meth:`_Loop.step`) and its tail (:meth:`_Loop.tail`).
 One step = ``grad_accum_steps`` micro-batches from this worker's Ray Data shard, a loss averaged
 over the real (label) tokens of all workers, one optimizer step. Every ``log_every`` steps the loop
 reports metrics, every ``eval_every`` it evaluates, every ``checkpoint_every`` it checkpoints; all
@@ -31,6 +32,7 @@ from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.packing import trim_padding
 from ray_jobs.profile import model_shape, peak_flops
 from ray_jobs.torch_trace import StepTrace
+from rayft_contract.records import Progress, RunFacts, Sample, SetupTimes
 from rayft_contract.spec import FineTuneSpec, TrainSpec
 
 log = logging.getLogger(__name__)
@@ -58,156 +60,233 @@ class LoopConfig:
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    import ray.train
-    import ray.train.torch
-    import torch
+    """Set up, evaluate the baseline, then steps (the step's math, then its tail: evaluation, checkpoint,
+    report), then one closing report."""
+    loop = _Loop.set_up(config["loop"])
+    loop.baseline()
+    while not loop.done:
+        loss, counts = loop.step()
+        loop.tail(loss, counts)
+    loop.close()
 
-    cfg: LoopConfig = config["loop"]
-    spec, train = cfg.spec, cfg.spec.train
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and newer
-    setup: dict[str, Any] = {"worker_start_ts": time.time()}
 
-    # -- set up -----------------------------------------------------------------------------
-    # The data's position is the checkpoint's JSON (the weights are checked and restored below). Reading
-    # starts at step 1: pulling the first batch on a thread during model load took step 1's data wait
-    # from 1.5-2.3 s to 0 in the 2-core demo, but the worker's Ray Data threads then slowed the first
-    # steps enough for the healthy-run diagnosis test to report warm-up; left for issue 12.
-    resumed = ray.train.get_checkpoint()
-    state = checkpoint.state_of(resumed) if resumed else TrainState()
-    shard = ray.train.get_dataset_shard("train") if cfg.order is None else None
-    batches = _micro_batches(cfg, state, device, rank, world, shard)
-    strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
-    with _timed(setup, "model_load_s"):
-        base = load_base(spec, device, strategy)
-        fused = kernels.choose(spec, device.type, base.config.model_type)
-        kernels.apply(base, fused)  # before LoRA: Liger patches the base's own modules
-        model = apply_lora(base, spec)
-        trainable, total = count_parameters(model)
-        shape = model_shape(model, train.gradient_checkpointing)
-        model = strategy.wrap(model)
-        layout = strategies.describe(model, strategy)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
-        scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
-    best, snapshot = Best(train), snapshot_of(strategy, model, optimizer, rank)  # the lowest eval loss's adapter
-    with _timed(setup, "resume_s"):
-        if resumed:
-            earlier = checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity)
-            best.weights = earlier if rank == 0 else None
-            if state.best_step and state.best_step == state.step:  # the weights just restored are the best
-                best.weights = snapshot()
-    log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
+@dataclasses.dataclass
+class _Loop:
+    """One worker's training state between steps. Every rank takes the same decisions, so all call
+    ``ray.train.report`` the same number of times."""
 
-    eval_batches = None
-    if cfg.has_eval:
-        eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size, cfg.eval_split, rank, world)
+    cfg: LoopConfig
+    rank: int
+    world: int
+    device: Any
+    state: TrainState
+    batches: Iterator[dict[str, Any]]
+    strategy: strategies.Strategy
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    params: list[Any]
+    best: Best
+    snapshot: Any
+    eval_batches: EvalBatches | None
+    micro: MicroBatches
+    facts: RunFacts
+    answers: _Samples
+    setup: dict[str, float]
+    """This worker's :class:`SetupTimes` so far; sent with the first report after setup, then emptied."""
+    meter: StepMeter = dataclasses.field(default_factory=StepMeter)
+    trace: Any = None
     first_step_s: float | None = None
-    accum = spec.grad_accum_steps
-    micro = MicroBatches(train.micro_batch_size, world)
-    model.train()
-    about = {
-        "trainable_params": trainable,
-        "model_shape": shape,
-        "peak_flops": peak_flops(device),
-        "world_size": world,
-        "kernels": fused.describe(),
-        "micro_batch": micro.describe(),
-        **layout,
-    }
-    answers = _Samples(spec, strategy, model, device, rank, eval_batches)
-    if cfg.has_eval and state.step == 0:  # the baseline the run is judged against
-        with _timed(setup, "first_eval_s"):
-            eval_loss = evaluate(model, eval_batches, spec, device)
-            report = {"step": 0, "total_steps": cfg.total_steps, "eval_loss": eval_loss, **about, **answers.take()}
-            ray.train.report(report)
-    setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
-    meter = StepMeter(device)
-    trace = StepTrace.from_env(rank, spec.run_dir)  # torch.profiler on a window of steps, if asked
+    stopped: bool = False
+    """Early stopping: no lower eval loss within ``train.early_stopping_patience`` evaluations."""
 
-    # -- steps ------------------------------------------------------------------------------
-    stop = False
-    while state.step < cfg.total_steps and not stop:
-        trace.before_step(state.step + 1)
+    @classmethod
+    def set_up(cls, cfg: LoopConfig) -> _Loop:
+        """Model, kernels, LoRA, the strategy's wrapping, optimizer, schedule and the resume, timed."""
+        import ray.train
+        import ray.train.torch
+        import torch
+
+        spec, train = cfg.spec, cfg.spec.train
+        ctx = ray.train.get_context()
+        rank, world = ctx.get_world_rank(), ctx.get_world_size()
+        device = ray.train.torch.get_device()
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and newer
+        setup: dict[str, float] = {"worker_start_ts": time.time()}
+        # The data's position is the checkpoint's JSON (the weights are checked and restored below). Reading
+        # starts at step 1: pulling the first batch on a thread during model load took step 1's data wait
+        # from 1.5-2.3 s to 0 in the 2-core demo, but the worker's Ray Data threads then slowed the first
+        # steps enough for the healthy-run diagnosis test to report warm-up; left for issue 12.
+        resumed = ray.train.get_checkpoint()
+        state = checkpoint.state_of(resumed) if resumed else TrainState()
+        shard = ray.train.get_dataset_shard("train") if cfg.order is None else None
+        batches = _micro_batches(cfg, state, device, rank, world, shard)
+        strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
+        with _timed(setup, "model_load_s"):
+            base = load_base(spec, device, strategy)
+            fused = kernels.choose(spec, device.type, base.config.model_type)
+            kernels.apply(base, fused)  # before LoRA: Liger patches the base's own modules
+            model = apply_lora(base, spec)
+            trainable, total = count_parameters(model)
+            shape = model_shape(model, train.gradient_checkpointing)
+            model = strategy.wrap(model)
+            params = [p for p in model.parameters() if p.requires_grad]
+            optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
+            scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
+        best, snapshot = Best(train), snapshot_of(strategy, model, optimizer, rank)  # the lowest eval loss's adapter
+        with _timed(setup, "resume_s"):
+            if resumed:
+                earlier = checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity)
+                best.weights = earlier if rank == 0 else None
+                if state.best_step and state.best_step == state.step:  # the weights just restored are the best
+                    best.weights = snapshot()
+        log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
+        eval_batches = None
+        if cfg.has_eval:
+            eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size, cfg.eval_split, rank, world)
+        micro = MicroBatches(train.micro_batch_size, world)
+        facts = RunFacts(
+            world_size=world,
+            trainable_params=trainable,
+            model_shape=shape,
+            peak_flops=peak_flops(device),
+            kernels=fused.describe(),
+            micro_batch=micro.describe(),
+            **strategies.describe(model, strategy),
+        )
+        model.train()
+        answers = _Samples(spec, strategy, model, device, rank, eval_batches)
+        return cls(
+            cfg, rank, world, device, state, batches, strategy, model, optimizer, scheduler, params, best, snapshot,
+            eval_batches, micro, facts, answers, setup, StepMeter(device),
+        )  # fmt: skip
+
+    @property
+    def done(self) -> bool:
+        return self.state.step >= self.cfg.total_steps or self.stopped
+
+    def baseline(self) -> None:
+        """A fresh run's eval loss before any training: what the run is judged against."""
+        if self.cfg.has_eval and self.state.step == 0:
+            import ray.train
+
+            with _timed(self.setup, "first_eval_s"):
+                eval_loss = evaluate(self.model, self.eval_batches, self.cfg.spec, self.device)
+                report = Progress(
+                    0, self.cfg.total_steps, eval_loss=eval_loss, facts=self.facts, eval_samples=self.answers.take()
+                )
+                ray.train.report(report.to_dict())
+        self.setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
+        self.meter = StepMeter(self.device)
+        self.trace = StepTrace.from_env(self.rank, self.cfg.spec.run_dir)  # torch.profiler on a window of steps, if asked
+
+    def step(self) -> tuple[float, Any]:
+        """One optimizer step over ``grad_accum_steps`` micro-batches; the loss averaged over every worker's label
+        tokens, and this step's counts summed over workers."""
+        import torch
+
+        cfg, spec, state, meter, chaos = self.cfg, self.cfg.spec, self.state, self.meter, self.cfg.chaos
+        self.trace.before_step(state.step + 1)
         with meter.phase("data_wait"):
-            group = [next(batches) for _ in range(accum)]
-        cfg.chaos.rows_seen(state.step + 1, rank, spec.run_dir, [b.pop(ROW_ID, None) for b in group])
+            group = [next(self.batches) for _ in range(spec.grad_accum_steps)]
+        chaos.rows_seen(state.step + 1, self.rank, spec.run_dir, [b.pop(ROW_ID, None) for b in group])
         counts = _count(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
         with meter.phase("h2d", gpu=True):
-            group = [{k: v.to(device, non_blocking=True) for k, v in b.items()} for b in group]
-            counts = strategies.all_reduce(counts.to(device)).cpu()
+            group = [{k: v.to(self.device, non_blocking=True) for k, v in b.items()} for b in group]
+            counts = strategies.all_reduce(counts.to(self.device)).cpu()
         with meter.phase("forward_backward", gpu=True):
-            tokens_per_rank = counts[0].clamp(min=1) / world  # HF loss: sum over tokens / this = global mean
+            tokens_per_rank = counts[0].clamp(min=1) / self.world  # HF loss: sum over tokens / this = global mean
             while True:
                 try:
-                    loss_sum = _forward_backward(model, strategy, micro.pieces(group), spec, device, tokens_per_rank, cfg.chaos)
+                    pieces = self.micro.pieces(group)
+                    loss_sum = _forward_backward(self.model, self.strategy, pieces, spec, self.device, tokens_per_rank, chaos)
                     break
                 except torch.OutOfMemoryError as oom:  # once, alone: halve the micro-batch (ray_jobs.memory)
-                    micro.back_off(oom, state.step + 1, free=functools.partial(free_step, oom, optimizer, device))
-                    about["micro_batch"] = micro.describe()
-            cfg.chaos.slow_step(state.step + 1)
+                    free = functools.partial(free_step, oom, self.optimizer, self.device)
+                    self.micro.back_off(oom, state.step + 1, free=free)
+                    self.facts = dataclasses.replace(self.facts, micro_batch=self.micro.describe())
+            chaos.slow_step(state.step + 1)
         with meter.phase("optimizer", gpu=True):
-            strategy.step(optimizer, scheduler, params, train.max_grad_norm)
-            loss = float(strategies.all_reduce(loss_sum) / world)
+            self.strategy.step(self.optimizer, self.scheduler, self.params, spec.train.max_grad_norm)
+            loss = float(strategies.all_reduce(loss_sum) / self.world)
         state.step += 1
         state.tokens += int(counts[1])
         state.samples += int(counts[2])
-        if first_step_s is None:
-            first_step_s = time.time() - cfg.start_time
-        cfg.chaos.maybe_fail(state.step, rank, world, spec.run_dir)
+        if self.first_step_s is None:
+            self.first_step_s = time.time() - cfg.start_time
+        chaos.maybe_fail(state.step, self.rank, self.world, spec.run_dir)
+        return loss, counts
 
+    def tail(self, loss: float, counts: Any) -> None:
+        """After a step: evaluate, checkpoint and report when they are due, then close the step's record."""
+        import ray.train
+
+        cfg, train, state, meter = self.cfg, self.cfg.spec.train, self.state, self.meter
         at_end = state.step == cfg.total_steps
-        metrics: dict[str, Any] = {}
+        found: dict[str, Any] = {}
         if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or at_end):
             with meter.phase("eval"):
-                metrics["eval_loss"] = cfg.chaos.eval_loss(state.step, evaluate(model, eval_batches, spec, device))
-                stop = best.judge(state, metrics["eval_loss"], snapshot) and not at_end  # early stopping
-                metrics.update(answers.take())
-        last = at_end or stop
+                eval_loss = cfg.chaos.eval_loss(state.step, evaluate(self.model, self.eval_batches, cfg.spec, self.device))
+                self.stopped = self.best.judge(state, eval_loss, self.snapshot) and not at_end  # early stopping
+                found.update(eval_loss=eval_loss, eval_samples=self.answers.take())
+        last = at_end or self.stopped
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:
             with meter.phase("checkpoint"):
-                ckpt = checkpoint.save(strategy, model, optimizer, scheduler, state, cfg.identity, best.for_checkpoint(state))
+                best = self.best.for_checkpoint(state)
+                ckpt = checkpoint.save(self.strategy, self.model, self.optimizer, self.scheduler, state, cfg.identity, best)
                 cfg.chaos.slow_checkpoint()
-            metrics["checkpoint"] = True
         if last and cfg.has_eval:
-            metrics.update(best.describe(state, stop))
-        if state.step % train.log_every == 0 or last or metrics:
-            metrics = {
-                "step": state.step,
-                "total_steps": cfg.total_steps,
-                "epoch": state.epoch,
-                "loss": loss,
-                "learning_rate": scheduler.get_last_lr()[0],
-                "tokens": state.tokens,
-                "samples": state.samples,
-                "time_to_first_step_s": first_step_s,
-                **about,
-                **metrics,
-            }
-            if setup:
-                metrics["setup"], setup = setup, {}
-            if device.type == "cuda":
-                metrics["gpu_mem_peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-                metrics["gpu_mem_total_gb"] = torch.cuda.get_device_properties(device).total_memory / 2**30
+            found.update(self.best.describe(state, self.stopped))
         with meter.phase("report"):
-            if metrics:
+            if state.step % train.log_every == 0 or last or found or ckpt is not None:
+                progress = Progress(
+                    step=state.step,
+                    total_steps=cfg.total_steps,
+                    epoch=state.epoch,
+                    loss=loss,
+                    learning_rate=self.scheduler.get_last_lr()[0],
+                    tokens=state.tokens,
+                    samples=state.samples,
+                    time_to_first_step_s=self.first_step_s,
+                    checkpoint=ckpt is not None,
+                    facts=self.facts,
+                    setup=self._take_setup(),
+                    **self._memory(),
+                    **found,
+                    **meter.window(),
+                )
                 # SYNC: report() returns once the controller has taken the previous report, so a crash loses
                 # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
-                ray.train.report({**metrics, **meter.window()}, checkpoint=ckpt)
+                ray.train.report(progress.to_dict(), checkpoint=ckpt)
                 checkpoint.release(ckpt)  # persisted by report(): the temporary copy goes
         with meter.phase("profiler"):
-            trace.after_step(state.step)
+            self.trace.after_step(state.step)
         meter.end_step(
             state.step, tokens=int(counts[1]), processed=int(counts[3]), samples=int(counts[2]), attn_ctx=int(counts[4])
         )
-    # The last step's record (its report included) goes out with one closing report on every rank.
-    ray.train.report(
-        {"step": state.step, "total_steps": cfg.total_steps, "final": True, "worker_end_ts": time.time(), **meter.window()}
-    )
-    trace.finish()
+
+    def close(self) -> None:
+        """The last step's record (its report included) goes out with one closing report on every rank."""
+        import ray.train
+
+        last = Progress(self.state.step, self.cfg.total_steps, final=True, worker_end_ts=time.time(), **self.meter.window())
+        ray.train.report(last.to_dict())
+        self.trace.finish()
+
+    def _take_setup(self) -> SetupTimes | None:
+        setup, self.setup = self.setup, {}
+        return SetupTimes(**setup) if setup else None
+
+    def _memory(self) -> dict[str, float]:
+        import torch
+
+        if self.device.type != "cuda":
+            return {}
+        return {
+            "gpu_mem_peak_gb": torch.cuda.max_memory_allocated(self.device) / 2**30,
+            "gpu_mem_total_gb": torch.cuda.get_device_properties(self.device).total_memory / 2**30,
+        }
 
 
 def _forward_backward(
@@ -245,11 +324,12 @@ class _Samples:
     prompts: list[Any] | None = None
     tokenizer: Any = None
 
-    def take(self) -> dict[str, Any]:
-        """``{"eval_samples": [...]}`` on rank 0 (after an evaluation), ``{}`` elsewhere or when off."""
+    def take(self) -> tuple[Sample, ...]:
+        """The answers on rank 0 (after an evaluation); none elsewhere, when off, or where one rank cannot run
+        the model alone."""
         count = self.spec.train.eval_samples
-        if self.rank != 0 or not count or self.eval_batches is None or self.strategy.name == "fsdp":
-            return {}
+        if self.rank != 0 or not count or self.eval_batches is None or not self.strategy.one_rank_runs:
+            return ()
         from ray_jobs import samples
 
         if self.prompts is None:
@@ -261,11 +341,9 @@ class _Samples:
             self.tokenizer = AutoTokenizer.from_pretrained(local)
             self.prompts = samples.prompts_of(self.eval_batches, count)
         module = self.strategy.unwrap(self.model)
-        return {
-            "eval_samples": samples.answer_all(
-                module, self.tokenizer, self.prompts, self.device, lambda: autocast(self.spec, self.device)
-            )
-        }
+        return tuple(
+            samples.answer_all(module, self.tokenizer, self.prompts, self.device, lambda: autocast(self.spec, self.device))
+        )
 
 
 @contextlib.contextmanager

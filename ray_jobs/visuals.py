@@ -8,10 +8,9 @@ written as the job runs (``ray_jobs.tracking``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rayft_contract.phases import Group, Phase
-from rayft_contract.records import StepRecord
+from rayft_contract.records import JobSummary, Progress
 
 GROUP_COLORS = {
     Group.STARTUP: "#9e9e9e",
@@ -34,42 +33,42 @@ def grouped_phases(phases: dict[str, float]) -> dict[Group, float]:
     return groups
 
 
-def write_png(history: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+def write_png(reports: list[Progress], summary: JobSummary, path: Path) -> None:
+    """``reports``: rank 0's progress reports, the closing one included (its step records)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    progress = [e for e in history if e["kind"] == "progress" and "step" in e]
     fig, (loss_ax, speed_ax, bar_ax) = plt.subplots(3, 1, figsize=(9, 9), gridspec_kw={"height_ratios": [3, 3, 1.4]})
-    train = [(e["step"], e["loss"]) for e in progress if "loss" in e]
-    evals = [(e["step"], e["eval_loss"]) for e in progress if "eval_loss" in e]
+    train = [(r.step, r.loss) for r in reports if r.trained]
+    evals = [(r.step, r.eval_loss) for r in reports if r.eval_loss is not None]
     if train:
         loss_ax.plot(*zip(*train), label="train loss")
     if evals:
         loss_ax.plot(*zip(*evals), "o-", label="eval loss")
-    loss_ax.set(ylabel="loss", title=f"{summary['name']}: {summary['verdict']}"[:110])
+    loss_ax.set(ylabel="loss", title=f"{summary.name}: {summary.verdict}"[:110])
     loss_ax.legend()
-    steps = [StepRecord.from_dict(s) for e in history for s in e.get("step_timing", [])]
+    steps = [s for r in reports for s in r.step_timing]
     speed = [(s.step, s.tokens / max(s.training_wall, 1e-9)) for s in steps]
     if speed:
         speed_ax.plot(*zip(*speed), ".", color="#1e88e5", markersize=3)
-    eff = summary["efficiency"]
-    mfu = f", MFU {eff['mfu']:.0%}" if eff.get("mfu") is not None else ""
+    eff = summary.efficiency
+    mfu = f", MFU {eff.mfu:.0%}" if eff.mfu is not None else ""
     speed_ax.set(
         xlabel="step",
         ylabel="trained tokens/s (per step)",
         yscale="log",
-        title=f"steady {eff['tokens_per_s']:,.0f} tokens/s{mfu}",
+        title=f"steady {eff.tokens_per_s:,.0f} tokens/s{mfu}",
     )
 
     left = 0.0
-    for group, seconds in grouped_phases(summary["timing"]["phases"]).items():
+    for group, seconds in grouped_phases(summary.timing.phases).items():
         if seconds <= 0:
             continue
         bar_ax.barh(0, seconds, left=left, color=GROUP_COLORS[group], label=f"{group} {seconds:.1f} s")
         left += seconds
-    bar_ax.set(yticks=[], xlabel=f"seconds (wall {summary['wall_time_s']:.1f} s)", title="where the time went")
+    bar_ax.set(yticks=[], xlabel=f"seconds (wall {summary.wall_time_s:.1f} s)", title="where the time went")
     bar_ax.legend(ncol=4, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rayft_contract.records import JobSummary
 from rayft_contract.spec import SpecError
 
 
@@ -246,7 +247,7 @@ def watch(job_id: str, after_seq: int) -> int:
                 if event.kind == "state":
                     state = event.data["state"]
                 if event.kind == "summary":
-                    summary = event.data
+                    summary = JobSummary.from_dict(event.data)
                 else:
                     view(event)
         except grpc.RpcError as exc:

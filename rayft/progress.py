@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Bars
 from rich.table import Table
 
 from rayft_contract.events import Event
 from rayft_contract.phases import Phase
+from rayft_contract.records import Finding, JobSummary, Progress, SamplesAt
 
 PHASES = {
     "connect": "connecting to Ray",
@@ -25,7 +27,7 @@ class ProgressView:
 
     def __init__(self, name: str, total_steps: int | None = None, console: Console | None = None):
         self.console = console or Console(stderr=True)
-        self.progress = Progress(
+        self.progress = Bars(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -54,17 +56,19 @@ class ProgressView:
             if "total_steps" in data:
                 self.progress.update(self.task, total=data["total_steps"])
         elif event.kind == "progress":
+            report = Progress.from_dict(data)
             self.stats.pop("phase", None)
-            if "loss" in data:
-                self.stats["loss"] = f"loss {data['loss']:.3f}"
-                self.stats["tps"] = f"{data['tokens_per_s']:,.0f} tok/s"
-            if "eval_loss" in data:
-                self.stats["eval"] = f"eval {data['eval_loss']:.3f}"
-            self.progress.update(self.task, completed=data.get("step", 0), total=data.get("total_steps"))
+            if report.trained:
+                self.stats["loss"] = f"loss {report.loss:.3f}"
+                self.stats["tps"] = f"{_fmt(report.tokens_per_s, ',.0f')} tok/s"
+            if report.eval_loss is not None:
+                self.stats["eval"] = f"eval {report.eval_loss:.3f}"
+            self.progress.update(self.task, completed=report.step, total=report.total_steps or None)
         elif event.kind == "state":
             self.stats["phase"] = data["state"].lower() + (f": {data['message']}" if data.get("message") else "")
         elif event.kind == "diagnosis":
-            self.console.print(f"[yellow]diagnosis ({data['kind']}): {data['message']}")
+            finding = Finding.from_dict(data)
+            self.console.print(f"[yellow]diagnosis ({finding.kind}): {finding.message}")
         elif event.kind == "failure" and "job" in data["errors"]:
             self.console.print(f"[red]job failed: {data['errors']['job']}")
         elif event.kind == "failure":
@@ -72,107 +76,102 @@ class ProgressView:
             self.console.print(f"[yellow]worker failure ({errors}); restarting from the last checkpoint")
         self.progress.update(self.task, stats="  ".join(self.stats.values()))
 
-    def print_summary(self, summary: dict[str, Any]) -> None:
-        table = Table(title=f"rayft: {summary['name']} finished", show_header=False)
+    def print_summary(self, summary: JobSummary) -> None:
+        table = Table(title=f"rayft: {summary.name} finished", show_header=False)
         rows = [
-            ("steps", f"{summary['steps']:,}"),
-            ("trained tokens", f"{summary['tokens']:,}"),
-            ("train loss (last)", _fmt(summary["final_loss"])),
-            ("eval loss (start -> end)", f"{_fmt(summary['initial_eval_loss'])} -> {_fmt(summary['eval_loss'])}"),
-            ("wall time", f"{summary['wall_time_s']:.1f} s"),
-            ("time to first step", f"{_fmt(summary['time_to_first_step_s'], '.1f')} s"),
-            ("tokens/s (steady state)", _fmt(summary["steady_tokens_per_s"], ",.0f")),
+            ("steps", f"{summary.steps:,}"),
+            ("trained tokens", f"{summary.tokens:,}"),
+            ("train loss (last)", _fmt(summary.final_loss)),
+            ("eval loss (start -> end)", f"{_fmt(summary.initial_eval_loss)} -> {_fmt(summary.eval_loss)}"),
+            ("wall time", f"{summary.wall_time_s:.1f} s"),
+            ("time to first step", f"{_fmt(summary.time_to_first_step_s, '.1f')} s"),
+            ("tokens/s (steady state)", _fmt(summary.steady_tokens_per_s, ",.0f")),
             *_efficiency_rows(summary),
             *_best_rows(summary),
-            ("worker restarts", str(summary["restarts"])),
+            ("worker restarts", str(summary.restarts)),
             *_cache_rows(summary),
-            ("adapter", summary["adapter_dir"]),
+            ("adapter", summary.adapter_dir),
         ]
-        if summary.get("gpu_mem_peak_gb") is not None:
-            rows.insert(7, ("peak GPU memory", f"{summary['gpu_mem_peak_gb']:.1f} GiB"))
+        if summary.gpu_mem_peak_gb is not None:
+            rows.insert(7, ("peak GPU memory", f"{summary.gpu_mem_peak_gb:.1f} GiB"))
         for key, value in rows:
             table.add_row(key, value)
         console = Console()
         console.print(table)
-        if summary.get("eval_samples"):
-            console.print(samples_table(summary["eval_samples"]))
-        if "timing" in summary:
+        if summary.eval_samples:
+            console.print(samples_table(summary.eval_samples))
+        if summary.timing.phases:
             console.print(phase_table(summary))
-            console.print(("[yellow]" if summary["diagnosis"] else "[green]") + summary["verdict"])
-            for finding in summary["diagnosis"][1:]:
-                console.print(f"[yellow]also {finding['kind']}: {finding['message']}")
+            console.print(("[yellow]" if summary.diagnosis else "[green]") + summary.verdict)
+            for finding in summary.diagnosis[1:]:
+                console.print(f"[yellow]also {finding.kind}: {finding.message}")
 
 
-def samples_table(samples: dict[str, Any]) -> Table:
+def samples_table(samples: SamplesAt) -> Table:
     """Held-out prompts, their references, and the model's answers at the first and the last evaluation."""
     table = Table(title="what the model answers (held-out prompts)")
     table.add_column("prompt", max_width=40)
     table.add_column("reference", max_width=30)
-    table.add_column(f"step {samples['first_step']}", max_width=30)
-    table.add_column(f"step {samples['last_step']}", max_width=30)
-    for first, last in zip(samples["first"], samples["last"]):
-        table.add_row(first["prompt"][-120:], first["reference"], first["answer"], last["answer"])
+    table.add_column(f"step {samples.first_step}", max_width=30)
+    table.add_column(f"step {samples.last_step}", max_width=30)
+    for first, last in zip(samples.first, samples.last):
+        table.add_row(first.prompt[-120:], first.reference, first.answer, last.answer)
     return table
 
 
-def phase_table(summary: dict[str, Any]) -> Table:
+def phase_table(summary: JobSummary) -> Table:
     """Where the time went: every phase, its seconds and share of the wall time."""
-    wall = summary["wall_time_s"]
+    wall = summary.wall_time_s
     table = Table(title="where the time went", show_footer=True)
     table.add_column("phase", footer="wall time")
     table.add_column("seconds", justify="right", footer=f"{wall:.1f}")
     table.add_column("share", justify="right", footer="100%")
-    for name, seconds in summary["timing"]["phases"].items():
+    for name, seconds in summary.timing.phases.items():
         if abs(seconds) >= 0.05 or name == "other":
             label = _warmup_label(summary) if name == Phase.WARMUP_STEPS else Phase(name).label
             table.add_row(label, f"{seconds:.1f}", f"{seconds / wall:.1%}")
     return table
 
 
-def _warmup_label(summary: dict[str, Any]) -> str:
-    warm = summary["timing"]["warmup_steps"]
+def _warmup_label(summary: JobSummary) -> str:
+    warm = summary.timing.warmup_steps
     return f"warm-up ({warm} slow steps)" if warm else "first step (outside steady state)"
 
 
-def _efficiency_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    eff = summary.get("efficiency")
-    if not eff:
+def _efficiency_rows(summary: JobSummary) -> list[tuple[str, str]]:
+    eff = summary.efficiency
+    if not eff.steady_steps:
         return []
-    rows = [("samples/s (steady state)", f"{eff['samples_per_s']:,.1f}"), ("padding", f"{eff['padding_frac']:.1%} of tokens")]
-    if eff.get("mfu") is not None:
-        rows.insert(0, ("MFU (HFU)", f"{eff['mfu']:.1%} ({eff['hfu']:.1%})"))
-    if summary.get("kernels"):
-        rows.append(("kernels", summary["kernels"]))
-    if summary.get("micro_batch"):
-        rows.append(("micro-batch", summary["micro_batch"]))
+    rows = [("samples/s (steady state)", f"{eff.samples_per_s:,.1f}"), ("padding", f"{eff.padding_frac:.1%} of tokens")]
+    if eff.mfu is not None:
+        rows.insert(0, ("MFU (HFU)", f"{eff.mfu:.1%} ({_fmt(eff.hfu, '.1%')})"))
+    if summary.kernels:
+        rows.append(("kernels", summary.kernels))
+    if summary.micro_batch:
+        rows.append(("micro-batch", summary.micro_batch))
     return rows
 
 
-def _best_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    if not summary.get("best_step"):
+def _best_rows(summary: JobSummary) -> list[tuple[str, str]]:
+    if not summary.best_step or summary.best_eval_loss is None:
         return []
-    why = f"; {summary['stopped_early']}" if summary.get("stopped_early") else ""
-    return [("adapter from", f"step {summary['best_step']}, lowest eval loss {summary['best_eval_loss']:.4f}{why}")]
+    why = f"; {summary.stopped_early}" if summary.stopped_early else ""
+    return [("adapter from", f"step {summary.best_step}, lowest eval loss {summary.best_eval_loss:.4f}{why}")]
 
 
-def _cache_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def _cache_rows(summary: JobSummary) -> list[tuple[str, str]]:
     rows = []
-    if dataset := summary.get("caches", {}).get("dataset"):
-        state = "off" if not dataset["enabled"] else "hit" if dataset["hit"] else "miss"
+    if dataset := summary.caches.dataset:
+        state = "off" if not dataset.enabled else "hit" if dataset.hit else "miss"
         rows.append(
-            (
-                "dataset cache",
-                f"{state}: {dataset['bytes_downloaded']:,} bytes read, {dataset['rows_tokenized'] or 0:,} rows tokenized",
-            )
+            ("dataset cache", f"{state}: {dataset.bytes_downloaded:,} bytes read, {dataset.rows_tokenized or 0:,} rows tokenized")
         )
-    if model := summary.get("caches", {}).get("model"):
-        identity = f" ({model['identity']})" if model.get("identity") else ""
-        rows.append(("model", f"{model['source']}: {model['bytes_downloaded']:,} bytes downloaded{identity}"))
-    if quality := summary.get("data_quality"):
-        kinds = ", ".join(f"{n} {k}" for k, n in quality["bad_by_kind"].items()) or "none"
-        rows.append(
-            ("bad rows skipped", f"{quality['bad_rows']:,} of {quality['rows']:,} ({kinds}); {quality['truncated']:,} truncated")
-        )
+    if model := summary.caches.model:
+        identity = f" ({model.identity})" if model.identity else ""
+        rows.append(("model", f"{model.source}: {model.bytes_downloaded:,} bytes downloaded{identity}"))
+    if quality := summary.data_quality:
+        kinds = ", ".join(f"{n} {k}" for k, n in quality.bad_by_kind.items()) or "none"
+        rows.append(("bad rows skipped", f"{quality.bad_rows:,} of {quality.rows:,} ({kinds}); {quality.truncated:,} truncated"))
     return rows
 
 

@@ -10,11 +10,13 @@ import json
 from typing import Any
 
 from rayft_contract.events import Event, EventKind
+from rayft_contract.records import Finding, Progress
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.states import JobState
 from rayft_contract.v1 import finetune_pb2 as pb
 
 PROGRESS_FIELDS = [f.name for f in pb.Progress.DESCRIPTOR.fields]
+"""The wire ``Progress`` is a subset of :class:`~rayft_contract.records.Progress`, field for field (a test checks)."""
 
 
 def message_to_dict(message: Any) -> dict[str, Any]:
@@ -76,13 +78,14 @@ def event_to_proto(event: Event, job_id: str = "", seq: int = 0) -> pb.JobEvent:
     if event.kind == "state":
         message.state.CopyFrom(pb.StateChange(state=state_to_proto(JobState(data["state"])), message=data.get("message", "")))
     elif event.kind == "progress":
-        message.progress.CopyFrom(pb.Progress(**{k: data[k] for k in PROGRESS_FIELDS if data.get(k) is not None}))
+        message.progress.CopyFrom(progress_to_proto(Progress.from_dict(data)))
     elif event.kind == "phase":
         message.phase.CopyFrom(pb.Phase(phase=data["phase"], detail=data.get("detail", "")))
     elif event.kind == "failure":
         message.failure.CopyFrom(pb.Failure(errors=data["errors"]))
     elif event.kind == "diagnosis":
-        message.diagnosis.CopyFrom(pb.Diagnosis(**data))
+        finding = Finding.from_dict(data)
+        message.diagnosis.CopyFrom(pb.Diagnosis(kind=finding.kind, message=finding.message, cost_s=finding.cost_s))
     elif event.kind == "summary":
         message.summary.CopyFrom(pb.Summary(json=json.dumps(data, default=str)))
     else:
@@ -110,9 +113,11 @@ def event_from_proto(message: pb.JobEvent) -> Event:
     return Event(kind, data, message.time)
 
 
-def progress_from_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """A Ray Train report's metrics as Progress fields, with the ETA from the step time."""
-    data = {k: metrics[k] for k in PROGRESS_FIELDS if metrics.get(k) is not None}
-    if metrics.get("step_time_s") and metrics.get("total_steps"):
-        data["eta_s"] = (metrics["total_steps"] - metrics.get("step", 0)) * metrics["step_time_s"]
-    return data
+def progress_to_proto(progress: Progress) -> pb.Progress:
+    """What a watcher sees of a worker's report: the proto's fields (the records' field names), with the ETA
+    from the step time when the job has not set it."""
+    eta = progress.eta_s
+    if eta is None and progress.step_time_s and progress.total_steps:
+        eta = (progress.total_steps - progress.step) * progress.step_time_s
+    values = {name: getattr(progress, name) for name in PROGRESS_FIELDS if name != "eta_s"}
+    return pb.Progress(**{k: v for k, v in values.items() if v is not None}, eta_s=eta)

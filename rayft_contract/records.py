@@ -1,21 +1,73 @@
 """Typed records that cross process boundaries: built on one side, read by attribute on the other.
 
-A :class:`StepRecord` is made on every Ray Train worker (``ray_jobs.metrics``), travels inside a
-``ray.train.report`` as its :meth:`~StepRecord.to_dict` (Ray and ``metrics.jsonl`` carry plain JSON),
-and is read back with :meth:`~StepRecord.from_dict` by the driver's profile, the diagnosis, the picture
-and the benchmarks.
+Every record is a frozen dataclass that travels as its :meth:`~Record.to_dict` (Ray, ``metrics.jsonl``,
+``summary.json`` and the service's store carry plain JSON) and is read back with
+:meth:`~Record.from_dict`. Nothing on the reading side looks a value up by a string key.
+
+| record           | made by                          | read by                                              |
+|------------------|----------------------------------|------------------------------------------------------|
+| :class:`StepRecord` | every Ray Train worker (``ray_jobs.metrics``) | the profile, the diagnosis, the picture, the benchmarks |
+| :class:`Progress`   | rank 0, at each ``ray.train.report`` (``ray_jobs.train_loop``) | the driver, the trackers, the wire ``Progress`` (``convert``), the CLI |
+| :class:`Finding`    | the diagnosis (``ray_jobs.diagnosis``) | the summary, the wire ``Diagnosis``, the CLI           |
+| :class:`JobSummary` | the driver at the end (``ray_jobs.summary``) | ``summary.json``, the service's ``Job.summary_json``, the CLI, the trackers, the picture |
+
+``from_dict`` ignores keys it does not know and fills fields that are missing with their defaults, so a
+client reads a summary written by a newer or an older job. A field without a default is required.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+import types
+import typing
+from typing import Any, TypeVar
 
 from rayft_contract.phases import Phase
 
+R = TypeVar("R", bound="Record")
+
+
+class Record:
+    """``to_dict`` / ``from_dict`` for a frozen dataclass whose fields are JSON values, records, or tuples and
+    dicts of them (nested records are built from their own dicts)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+        hints = _hints(cls)
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{name: _build(hints[name], value) for name, value in data.items() if name in known})
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _build(hint: Any, value: Any) -> Any:
+    """``value`` (plain JSON) as the type ``hint`` names."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _build(next(a for a in args if a is not type(None)), value)
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return value if isinstance(value, hint) else hint.from_dict(value)
+    if origin is tuple:
+        return tuple(_build(args[0], v) for v in value)
+    if origin is dict:
+        return {k: _build(args[1], v) for k, v in value.items()}
+    return value
+
+
+# -- one step, on every worker ---------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
-class StepRecord:
+class StepRecord(Record):
     """One optimizer step, summed over workers where it counts things."""
 
     step: int
@@ -51,9 +103,285 @@ class StepRecord:
         """Wall time without evaluation: evaluation is not training."""
         return self.wall - self.seconds(Phase.EVAL)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepRecord:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+# -- a worker's report -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape(Record):
+    """What the FLOPs formula needs (``ray_jobs.profile.step_flops``), read from the model before it is wrapped."""
+
+    matmul_params: int
+    trainable_matmul_params: int
+    layers: int
+    attn_dim: int
+    gradient_checkpointing: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts(Record):
+    """What a worker knows of the run once it is set up; every progress report carries it."""
+
+    world_size: int = 1
+    trainable_params: int = 0
+    model_shape: ModelShape | None = None
+    peak_flops: float | None = None
+    """The GPU's bf16 peak FLOP/s (``None`` on CPU or an unknown GPU: no MFU then)."""
+    layout: str = ""
+    """The strategy: ``single``, ``ddp`` or ``fsdp``."""
+    quantized_layers: int = 0
+    kernels: str = ""
+    """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.kernels``)."""
+    micro_batch: str = ""
+    """The micro-batch trained with, and why if it is not the spec's (``ray_jobs.memory``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SetupTimes(Record):
+    """How a worker's setup went, sent once with its first report after setup (``ray_jobs.profile``)."""
+
+    worker_start_ts: float
+    model_load_s: float = 0.0
+    resume_s: float = 0.0
+    first_eval_s: float = 0.0
+    loop_start_ts: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample(Record):
+    """One held-out prompt, its reference answer and what the model answered (``ray_jobs.samples``)."""
+
+    prompt: str
+    reference: str
+    answer: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress(Record):
+    """One report of rank 0 (``ray.train.report``): where training stands, and the steps since the last one.
+
+    The step-0 report (before any training) carries the baseline ``eval_loss``; the closing one
+    (``final``) only the last step records and ``worker_end_ts``. On the wire (``JobEvent.progress``) a
+    report keeps only what a watcher shows, with ``eta_s`` added (``rayft_contract.convert``).
+    """
+
+    step: int
+    total_steps: int
+    epoch: int = 0
+    loss: float | None = None
+    """The step's training loss, averaged over all workers' label tokens (``None``: no step trained yet)."""
+    learning_rate: float | None = None
+    tokens: int = 0
+    """Real tokens trained on so far (all workers)."""
+    samples: int = 0
+    time_to_first_step_s: float | None = None
+    eval_loss: float | None = None
+    eval_samples: tuple[Sample, ...] = ()
+    checkpoint: bool = False
+    """A checkpoint was saved at this step."""
+    best_step: int | None = None
+    best_eval_loss: float | None = None
+    stopped_early: str | None = None
+    """Why training stopped before ``total_steps`` (early stopping), in words."""
+    facts: RunFacts | None = None
+    setup: SetupTimes | None = None
+    gpu_mem_peak_gb: float | None = None
+    gpu_mem_total_gb: float | None = None
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    step_time_s: float | None = None
+    data_wait_frac: float | None = None
+    eta_s: float | None = None
+    """Seconds left at the current step time (set on the wire)."""
+    step_timing: tuple[StepRecord, ...] = ()
+    final: bool = False
+    """The closing report of the loop (``timing`` event): step records only, it is not shown."""
+    worker_end_ts: float | None = None
+
+    @property
+    def trained(self) -> bool:
+        """A report of a training step (not the step-0 baseline, not the closing report)."""
+        return self.loss is not None
+
+
+# -- the driver's findings and summary -------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding(Record):
+    """A bottleneck the diagnosis found (``ray_jobs.diagnosis``), with the fix in the spec's field names."""
+
+    kind: str
+    message: str
+    cost_s: float
+    """Seconds this problem cost (what ranks the findings)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Efficiency(Record):
+    """Steady-state throughput, MFU/HFU, padding share and memory (``ray_jobs.profile``)."""
+
+    steady_steps: int = 0
+    warmup_steps: int = 0
+    head_steps: int = 0
+    tokens_per_s: float = 0.0
+    tokens_per_s_per_worker: float = 0.0
+    samples_per_s: float = 0.0
+    step_time_s: float = 0.0
+    padding_frac: float = 0.0
+    mfu: float | None = None
+    hfu: float | None = None
+    flops_per_s: float | None = None
+    gpu_mem_peak_gb: float | None = None
+    gpu_mem_total_gb: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing(Record):
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds per :class:`~rayft_contract.phases.Phase` value, in the table's order; they add up to the wall time."""
+    warmup_steps: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplesAt(Record):
+    """The model's answers at the first and the last evaluation."""
+
+    first_step: int
+    last_step: int
+    first: tuple[Sample, ...]
+    last: tuple[Sample, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetCacheInfo(Record):
+    """What preparing the data cost (``ray_jobs.dataset_cache``)."""
+
+    enabled: bool
+    hit: bool = False
+    bytes_downloaded: int = 0
+    rows_tokenized: int | None = None
+    """Rows tokenized before training (0 on a hit, ``None`` when streaming: they are tokenized as it trains)."""
+    key: str = ""
+    uri: str = ""
+    packed_rows: dict[str, int] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        """One line for the progress view."""
+        if not self.enabled:
+            return "dataset cache off: tokenizing while training"
+        if self.hit:
+            return f"dataset cache hit {self.key}: 0 bytes downloaded, 0 rows tokenized"
+        return (
+            f"dataset cache miss {self.key}: read {self.bytes_downloaded / 2**20:.1f} MiB, tokenized "
+            f"{self.rows_tokenized} rows in {self.seconds:.1f} s"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched(Record):
+    """Where the base model came from (``ray_jobs.model_cache.fetch_model``)."""
+
+    path: str
+    """The model's local directory."""
+    source: str
+    """``local`` (used in place), ``cache`` (hit), ``download`` (miss), ``hub-cache`` or ``hub``."""
+    bytes_downloaded: int = 0
+    seconds: float = 0.0
+    identity: str = ""
+    """Which exact base this is, so an adapter stays tied to it: the hub commit, or a SHA-256 over every file's
+    name and size and the config's bytes (``s3://``: as listed; local: as on disk). Not a hash of the weights'
+    bytes: that would read gigabytes on every job."""
+
+    @property
+    def hit(self) -> bool:
+        return self.source in ("local", "cache", "hub-cache")
+
+    def describe(self) -> str:
+        """One line for the progress view: where the model came from."""
+        if self.source == "download":
+            return f"downloaded {self.bytes_downloaded / 2**20:.1f} MiB into the cache in {self.seconds:.1f} s"
+        return {
+            "local": "local directory",
+            "cache": "model cache hit",
+            "hub-cache": "hub cache hit",
+            "hub": "downloaded from the hub",
+        }[self.source]
+
+
+@dataclasses.dataclass(frozen=True)
+class Caches(Record):
+    dataset: DatasetCacheInfo | None = None
+    model: Fetched | None = None
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class BadRowSample(Record):
+    """One located bad row. Ordered by place in the data: file index in the listing, then line."""
+
+    file_index: int
+    """The file's position in the sorted listing of ``data.path`` (``ray_jobs.sources.data_files``)."""
+    line: int
+    """1-based line of a JSONL file, or row number in the other file types."""
+    kind: str = dataclasses.field(compare=False)
+    location: str = dataclasses.field(compare=False)
+    """``file:line``, as a user would open it."""
+    reason: str = dataclasses.field(compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataQuality(Record):
+    """The bad rows of a job's data (``ray_jobs.quality``): counted by kind, the earliest of each located."""
+
+    rows: int = 0
+    bad_rows: int = 0
+    bad_frac: float = 0.0
+    bad_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
+    truncated: int = 0
+    examples: tuple[BadRowSample, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSummary(Record):
+    """A finished job's ``summary.json``: what it trained, how fast, where the time went, and why."""
+
+    name: str
+    steps: int = 0
+    tokens: int = 0
+    samples: int = 0
+    final_loss: float | None = None
+    initial_eval_loss: float | None = None
+    eval_loss: float | None = None
+    best_step: int | None = None
+    """The step whose adapter was exported (the lowest eval loss), when evaluation ran."""
+    best_eval_loss: float | None = None
+    stopped_early: str | None = None
+    eval_samples: SamplesAt | None = None
+    wall_time_s: float = 0.0
+    time_to_first_step_s: float | None = None
+    tokens_per_s: float = 0.0
+    """Tokens over the whole wall time, start-up included."""
+    steady_tokens_per_s: float = 0.0
+    mfu: float | None = None
+    gpu_mem_peak_gb: float | None = None
+    layout: str | None = None
+    quantized_layers: int | None = None
+    kernels: str | None = None
+    micro_batch: str | None = None
+    restarts: int = 0
+    reported_steps: tuple[int, ...] = ()
+    timing: Timing = dataclasses.field(default_factory=Timing)
+    efficiency: Efficiency = dataclasses.field(default_factory=Efficiency)
+    diagnosis: tuple[Finding, ...] = ()
+    """Most costly first; the first is the ``bottleneck``."""
+    bottleneck: str | None = None
+    verdict: str = ""
+    adapter_dir: str = ""
+    caches: Caches = dataclasses.field(default_factory=Caches)
+    data_quality: DataQuality | None = None
+    spec: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The spec as run (``FineTuneSpec.to_dict``)."""
+
+    def replace(self, **changes: Any) -> JobSummary:
+        return dataclasses.replace(self, **changes)

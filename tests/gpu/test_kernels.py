@@ -80,7 +80,7 @@ def test_a_qlora_job_on_one_gpu_trains_with_the_kernels_and_learns(tiny_spec):
 
     spec = qlora_gpu(tiny_spec, modules_to_save=tiny_spec.lora.modules_to_save)
     summary = run(spec).summary
-    assert summary["steps"] == spec.train.max_steps
-    assert summary["kernels"] == "liger (rope, rms_norm, swiglu)", summary["kernels"]  # the head is trained here
-    assert summary["quantized_layers"] > 0 and summary["gpu_mem_peak_gb"] > 0
-    assert summary["eval_loss"] < 0.5 * summary["initial_eval_loss"], summary
+    assert summary.steps == spec.train.max_steps
+    assert summary.kernels == "liger (rope, rms_norm, swiglu)", summary.kernels  # the head is trained here
+    assert summary.quantized_layers > 0 and summary.gpu_mem_peak_gb > 0
+    assert summary.eval_loss < 0.5 * summary.initial_eval_loss, summary

@@ -63,23 +63,23 @@ def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once
     spec = replace(spec, "train", max_steps=4, log_every=2, checkpoint_every=4, eval_every=None)
 
     cold = run(spec.replace(name="cold")).summary
-    data, model = cold["caches"]["dataset"], cold["caches"]["model"]
-    assert (data["hit"], data["bytes_downloaded"], data["rows_tokenized"]) == (False, bucket["data_bytes"], 1000)
-    assert (model["source"], model["bytes_downloaded"]) == ("download", bucket["model_bytes"])
-    quality = cold["data_quality"]
-    assert quality["bad_rows"] == 5 and quality["bad_by_kind"] == {
+    data, model = cold.caches.dataset, cold.caches.model
+    assert (data.hit, data.bytes_downloaded, data.rows_tokenized) == (False, bucket["data_bytes"], 1000)
+    assert (model.source, model.bytes_downloaded) == ("download", bucket["model_bytes"])
+    quality = cold.data_quality
+    assert quality.bad_rows == 5 and quality.bad_by_kind == {
         "unparsable": 2,
         "missing_field": 1,
         "empty_completion": 1,
         "too_long": 1,
     }
     line, kind = next(iter(bucket["bad_at"].items()))
-    where = {(e["kind"], e["location"]) for e in quality["examples"]}
+    where = {(e.kind, e.location) for e in quality.examples}
     assert (kind, f"s3://rayft-cache/data/part-0.jsonl.gz:{line}") in where, where
-    assert cold["steps"] == 4
+    assert cold.steps == 4
     # The adapter names its base as the spec did, not the node's cache directory it was loaded from, so it
     # loads anywhere the bucket is reachable: `rayft merge` finds the base by that name.
-    adapter = Path(cold["adapter_dir"])
+    adapter = Path(cold.adapter_dir)
     assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == spec.model.path
     assert main(["merge", str(adapter), "--out", str(tmp_path / "merged")]) == 0
     assert (tmp_path / "merged" / "config.json").is_file()
@@ -98,13 +98,13 @@ def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once
     # look-up does: one listing, one peek at the first row, one size check. It used to list it 7 times.
     assert data_requests(job) == data_requests(one_look) and data_requests(job), (job, one_look)
     assert model_hits() == hits_before + 1, "one hit per job, not one per process"
-    data, model = warm["caches"]["dataset"], warm["caches"]["model"]
-    assert (data["hit"], data["bytes_downloaded"], data["rows_tokenized"]) == (True, 0, 0)
-    assert data["key"] == cold["caches"]["dataset"]["key"]
-    assert (model["source"], model["bytes_downloaded"]) == ("cache", 0)
-    assert model["identity"] == cold["caches"]["model"]["identity"] != "", "the same base, named the same way"
-    assert warm["data_quality"] == quality, "the entry keeps the report of the rows it skipped"
-    assert warm["steps"] == 4 and warm["tokens"] > 0
+    data, model = warm.caches.dataset, warm.caches.model
+    assert (data.hit, data.bytes_downloaded, data.rows_tokenized) == (True, 0, 0)
+    assert data.key == cold.caches.dataset.key
+    assert (model.source, model.bytes_downloaded) == ("cache", 0)
+    assert model.identity == cold.caches.model.identity != "", "the same base, named the same way"
+    assert warm.data_quality == quality, "the entry keeps the report of the rows it skipped"
+    assert warm.steps == 4 and warm.tokens > 0
 
 
 def test_a_change_in_the_key_misses_and_racing_fills_share_one_entry(ray_cluster, tiny_spec, tmp_path, capsys):
@@ -113,19 +113,19 @@ def test_a_change_in_the_key_misses_and_racing_fills_share_one_entry(ray_cluster
     spec = replace(tiny_spec, "data", path=str(data), cache_uri=str(tmp_path / "cache"))
 
     first = prepare(spec).cache
-    assert (first["hit"], first["rows_tokenized"]) == (False, 2000)
+    assert (first.hit, first.rows_tokenized) == (False, 2000)
     again = prepare(spec).cache
-    assert (again["hit"], again["rows_tokenized"], again["key"]) == (True, 0, first["key"])
+    assert (again.hit, again.rows_tokenized, again.key) == (True, 0, first.key)
 
     longer = prepare(replace(spec, "data", max_seq_len=384)).cache
-    assert not longer["hit"] and longer["key"] != first["key"]
+    assert not longer.hit and longer.key != first.key
 
     model = tmp_path / "model"
     shutil.copytree(tiny_spec.model.path, model)
     config = model / "tokenizer_config.json"
     config.write_text(config.read_text().replace('"model_max_length"', '"padding_side": "left", "model_max_length"', 1))
     retokenized = prepare(replace(spec, "model", path=str(model))).cache
-    assert not retokenized["hit"] and retokenized["rows_tokenized"] == 2000
+    assert not retokenized.hit and retokenized.rows_tokenized == 2000
 
     racing = replace(spec, "data", cache_uri=str(tmp_path / "race"))
     results: list = []
@@ -140,7 +140,7 @@ def test_a_change_in_the_key_misses_and_racing_fills_share_one_entry(ray_cluster
     payloads = [p for p in entries[0].iterdir() if p.name.startswith("data-")]
     assert len(payloads) == 1, "the loser removed its copy"
     rows = [r.order.dataset(0, world=1, micro_batch_size=1).count() for r in results]  # every row, read back
-    assert rows[0] == rows[1] == results[0].cache["packed_rows"]["train"] > 0
+    assert rows[0] == rows[1] == results[0].cache.packed_rows["train"] > 0
 
     assert main(["cache", "list", "--root", str(tmp_path / "race")]) == 0
     assert entries[0].name[:8] in capsys.readouterr().out
@@ -152,9 +152,9 @@ def test_shared_s3_cache_prefix(ray_cluster, s3_server, tiny_spec):
     boto3.client("s3").create_bucket(Bucket="rayft-shared-cache")
     spec = replace(tiny_spec, "data", cache_uri="s3://rayft-shared-cache/team-a")
     cold, warm = prepare(spec), prepare(spec)
-    assert not cold.cache["hit"] and warm.cache["hit"] and warm.cache["rows_tokenized"] == 0
-    assert warm.cache["uri"].startswith("s3://rayft-shared-cache/team-a/datasets/")
-    assert warm.order.dataset(0, world=1, micro_batch_size=1).count() == cold.cache["packed_rows"]["train"]
+    assert not cold.cache.hit and warm.cache.hit and warm.cache.rows_tokenized == 0
+    assert warm.cache.uri.startswith("s3://rayft-shared-cache/team-a/datasets/")
+    assert warm.order.dataset(0, world=1, micro_batch_size=1).count() == cold.cache.packed_rows["train"]
 
 
 def test_too_many_bad_rows_fail_with_the_report(ray_cluster, tiny_spec, tmp_path):

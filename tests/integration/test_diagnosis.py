@@ -37,20 +37,20 @@ def profiled(spec, chaos=NO_CHAOS, steps=30, checkpoint_every=None, **data):
 
 
 def kinds(summary):
-    return [f["kind"] for f in summary["diagnosis"]]
+    return [f.kind for f in summary.diagnosis]
 
 
 def test_healthy_run_raises_no_alarm_and_its_phases_add_up(ray_cluster, tiny_spec):
     summary, events, wall = profiled(tiny_spec)
-    assert kinds(summary) == [] and events == [], summary["diagnosis"]
-    assert summary["verdict"].startswith("no bottleneck")
-    phases = summary["timing"]["phases"]
+    assert kinds(summary) == [] and events == [], summary.diagnosis
+    assert summary.verdict.startswith("no bottleneck")
+    phases = summary.timing.phases
     named = sum(v for k, v in phases.items() if k != "other")
     assert abs(named - wall) / wall <= 0.02, (named, wall, phases)
     assert phases["forward_backward"] > 0 and phases["model_load"] > 0 and phases["worker_start"] > 0
-    eff = summary["efficiency"]
-    assert eff["tokens_per_s"] > 0 and 0 <= eff["padding_frac"] < 0.1 and eff["mfu"] is None  # no peak on CPU
-    summary_dir = summary["adapter_dir"].rsplit("/", 1)[0]
+    eff = summary.efficiency
+    assert eff.tokens_per_s > 0 and 0 <= eff.padding_frac < 0.1 and eff.mfu is None  # no peak on CPU
+    summary_dir = summary.adapter_dir.rsplit("/", 1)[0]
     assert Path(summary_dir, "report.png").stat().st_size > 10_000
     assert any(Path(summary_dir, "tensorboard").iterdir())
 
@@ -64,16 +64,16 @@ def test_slow_tokenizer_is_data_bound(ray_cluster, tiny_spec):
     # data-bound state to diagnose.
     chaos = Chaos(tokenize_delay_s=1.0)
     summary, events, _ = profiled(tiny_spec, chaos, steps=20, cache=False, tokenize_batch_size=16, shuffle_buffer_rows=8)
-    assert kinds(summary) == ["data_bound"], summary["diagnosis"]
-    assert "data.tokenize_workers" in summary["diagnosis"][0]["message"]
+    assert kinds(summary) == ["data_bound"], summary.diagnosis
+    assert "data.tokenize_workers" in summary.diagnosis[0].message
     assert events == ["data_bound"]
-    assert summary["bottleneck"] == "data_bound"
+    assert summary.bottleneck == "data_bound"
 
 
 def test_slow_checkpoints_are_named(ray_cluster, tiny_spec):
     summary, events, _ = profiled(tiny_spec, Chaos(checkpoint_delay_s=1.0), steps=20, checkpoint_every=5)
-    assert kinds(summary) == ["slow_checkpoint"], summary["diagnosis"]
-    assert "train.checkpoint_every" in summary["diagnosis"][0]["message"]
+    assert kinds(summary) == ["slow_checkpoint"], summary.diagnosis
+    assert "train.checkpoint_every" in summary.diagnosis[0].message
 
 
 def test_padding_heavy_data_without_packing(ray_cluster, tiny_spec, tmp_path):
@@ -87,18 +87,18 @@ def test_padding_heavy_data_without_packing(ray_cluster, tiny_spec, tmp_path):
                 json.dumps({"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": answer}]}) + "\n"
             )
     summary, events, _ = profiled(tiny_spec, path=str(path), packing=False, max_seq_len=1024)
-    assert kinds(summary) == ["padding"], summary["diagnosis"]
-    assert summary["efficiency"]["padding_frac"] >= 0.3
-    assert "data.packing" in summary["diagnosis"][0]["message"]
+    assert kinds(summary) == ["padding"], summary.diagnosis
+    assert summary.efficiency.padding_frac >= 0.3
+    assert "data.packing" in summary.diagnosis[0].message
 
 
 def test_slow_first_steps_are_warmup(ray_cluster, tiny_spec):
     summary, events, _ = profiled(tiny_spec, Chaos(slow_steps=8, slow_step_s=0.8), steps=30)
-    assert kinds(summary) == ["warmup"], summary["diagnosis"]
+    assert kinds(summary) == ["warmup"], summary.diagnosis
     # The 8 injected steps are the warm-up. The step after them is not injected: on 2 busy cores it can be a
     # 0.2 s step twice the median, and then the warm-up reads 9 (seen once in a fresh-clone CI run). The test
     # asserts the injected cause, not the speed of the step after it.
-    warm = summary["timing"]["warmup_steps"]
+    warm = summary.timing.warmup_steps
     assert warm in (8, 9), warm
-    assert f"first {warm} steps" in summary["diagnosis"][0]["message"]
-    assert summary["efficiency"]["steady_steps"] == 30 - warm, "steady state leaves the warm-up out"
+    assert f"first {warm} steps" in summary.diagnosis[0].message
+    assert summary.efficiency.steady_steps == 30 - warm, "steady state leaves the warm-up out"

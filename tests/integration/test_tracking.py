@@ -41,6 +41,6 @@ def test_tensorboard_is_live_and_mlflow_has_the_jobs_metrics_and_parameters(ray_
     assert found.data.tags["rayft.team"].startswith("local:") and found.data.tags["rayft.model"] == spec.model.path
     assert found.data.params["lora.r"] == str(spec.lora.r) and found.data.params["train.max_steps"] == "20"
     losses = client.get_metric_history(found.info.run_id, "loss")
-    assert [m.step for m in losses] == summary["reported_steps"]
+    assert [m.step for m in losses] == list(summary.reported_steps)
     assert [m.step for m in client.get_metric_history(found.info.run_id, "eval_loss")] == [0, 10, 20]
-    assert found.data.metrics["steady_tokens_per_s"] == pytest.approx(summary["steady_tokens_per_s"])
+    assert found.data.metrics["steady_tokens_per_s"] == pytest.approx(summary.steady_tokens_per_s)

@@ -16,6 +16,7 @@ from ray_jobs.chaos import Chaos
 from ray_jobs.run import run
 from ray_jobs.tiny import write_dataset
 from rayft.cli import main
+from rayft_contract.records import JobSummary
 
 pytestmark = pytest.mark.integration
 
@@ -46,25 +47,25 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     result = run(tiny_spec, on_event=events.append)
     summary = result.summary
 
-    assert summary["layout"] == "ddp"
-    assert summary["kernels"] == "none (Liger's Triton kernels need a CUDA GPU, this worker has cpu)"  # model.kernels: auto
+    assert summary.layout == "ddp"
+    assert summary.kernels == "none (Liger's Triton kernels need a CUDA GPU, this worker has cpu)"  # model.kernels: auto
     # The cached eval split is read straight from its Parquet files, so the first pass (the baseline) costs
     # about what the later two do from memory; streaming it through Ray Data made it about 25x a later one
     # and the demo's slow_eval. (The first also loads the tokenizer for the samples.)
-    phases = summary["timing"]["phases"]
+    phases = summary.timing.phases
     assert phases["first_eval"] < 5 * phases["eval"] / 2, phases
-    assert "slow_eval" not in [f["kind"] for f in summary["diagnosis"]]
-    assert summary["steps"] == tiny_spec.train.max_steps
-    assert summary["eval_loss"] < 0.5 * summary["initial_eval_loss"], summary
+    assert "slow_eval" not in [f.kind for f in summary.diagnosis]
+    assert summary.steps == tiny_spec.train.max_steps
+    assert summary.eval_loss < 0.5 * summary.initial_eval_loss, summary
     # At each evaluation (0, 30, 60) rank 0 answered 3 held-out prompts; the answers moved with training.
     lines = [json.loads(x) for x in (result.local_dir / "samples.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 0, 0, 30, 30, 30, 60, 60, 60]
     assert all(x["prompt"].endswith("assistant") and x["reference"] for x in lines), lines[0]
-    shown = summary["eval_samples"]
-    assert (shown["first_step"], shown["last_step"], len(shown["last"])) == (0, 60, 3)
-    assert [x["answer"] for x in shown["first"]] != [x["answer"] for x in shown["last"]]
+    shown = summary.eval_samples
+    assert (shown.first_step, shown.last_step, len(shown.last)) == (0, 60, 3)
+    assert [x.answer for x in shown.first] != [x.answer for x in shown.last]
     assert {e.kind for e in events} >= {"phase", "progress", "summary"}
-    assert json.loads((result.local_dir / "summary.json").read_text())["eval_loss"] == summary["eval_loss"]
+    assert JobSummary.from_dict(json.loads((result.local_dir / "summary.json").read_text())) == summary
     adapter = Path(result.adapter_dir)
     assert (adapter / "adapter_model.safetensors").is_file()
     assert (adapter / "tokenizer.json").is_file()
@@ -110,8 +111,8 @@ def test_qlora_nf4_runs_on_the_cpu_backend(ray_cluster, tiny_spec):
         model=dataclasses.replace(spec.model, dtype="bfloat16"),
     )
     summary = run(spec).summary
-    assert summary["quantized_layers"] > 0  # Linear4bit modules under the LoRA layers
-    assert summary["eval_loss"] < summary["initial_eval_loss"] - 0.5, summary
+    assert summary.quantized_layers > 0  # Linear4bit modules under the LoRA layers
+    assert summary.eval_loss < summary.initial_eval_loss - 0.5, summary
 
 
 def test_a_step_out_of_memory_halves_the_micro_batch_once_and_the_job_trains_on(ray_cluster, tiny_spec):
@@ -119,10 +120,10 @@ def test_a_step_out_of_memory_halves_the_micro_batch_once_and_the_job_trains_on(
     spec = spec.replace(name="tiny-oom", scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1))
     summary = run(spec, chaos=Chaos(oom_above_rows=2)).summary  # a micro-batch of 4 rows "does not fit"
 
-    assert summary["micro_batch"] == "2 (step 1 ran out of GPU memory at micro-batch 4: halved, global batch unchanged)"
-    assert summary["restarts"] == 0, "backed off in place, no Ray Train restart"
-    assert summary["steps"] == 20 and summary["samples"] > 0
-    assert summary["eval_loss"] < 0.7 * summary["initial_eval_loss"], summary
+    assert summary.micro_batch == "2 (step 1 ran out of GPU memory at micro-batch 4: halved, global batch unchanged)"
+    assert summary.restarts == 0, "backed off in place, no Ray Train restart"
+    assert summary.steps == 20 and summary.samples > 0
+    assert summary.eval_loss < 0.7 * summary.initial_eval_loss, summary
 
 
 def test_early_stopping_ends_a_job_whose_eval_loss_stopped_falling_and_exports_the_best_adapter(ray_cluster, tiny_spec):
@@ -133,9 +134,9 @@ def test_early_stopping_ends_a_job_whose_eval_loss_stopped_falling_and_exports_t
     result = run(spec, chaos=Chaos(overfit_after_step=10))  # every eval after step 10 reads worse
     summary = result.summary
 
-    assert summary["best_step"] in (5, 10) and summary["steps"] == summary["best_step"] + 10 < 60, summary
-    assert summary["stopped_early"] == f"no lower eval loss in 2 evaluations since step {summary['best_step']}"
-    assert summary["best_eval_loss"] < summary["eval_loss"]
+    assert summary.best_step in (5, 10) and summary.steps == summary.best_step + 10 < 60, summary
+    assert summary.stopped_early == f"no lower eval loss in 2 evaluations since step {summary.best_step}"
+    assert summary.best_eval_loss < summary.eval_loss
     best, last = (result.local_dir / name for name in ("adapter", "last_adapter"))
     for adapter in (best, last):
         assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == spec.model.path
@@ -151,14 +152,14 @@ def test_worker_failure_resumes_from_the_last_checkpoint(ray_cluster, tiny_spec)
     summary = run(spec, on_event=events.append, chaos=Chaos(fail_at_step=10)).summary
 
     kinds = [e.kind for e in events]
-    assert summary["restarts"] == 1 and kinds.count("failure") == 1
+    assert summary.restarts == 1 and kinds.count("failure") == 1
     before = [e.data for e in events[: kinds.index("failure")] if e.kind == "progress"]
     after = [e.data for e in events[kinds.index("failure") :] if e.kind == "progress"]
     last_checkpoint = max(e["step"] for e in before if e.get("checkpoint"))
     assert last_checkpoint == 8  # rank 1 failed at step 10; checkpoints every 4 steps
     # The restarted group continues from the checkpoint, not from step 0, and finishes.
     assert [e["step"] for e in after] == list(range(last_checkpoint + 1, 15))
-    assert summary["steps"] == 14
+    assert summary.steps == 14
 
 
 def test_fsdp_on_two_cpu_workers_with_epochs(ray_cluster, tiny_spec, tmp_path):
@@ -170,9 +171,9 @@ def test_fsdp_on_two_cpu_workers_with_epochs(ray_cluster, tiny_spec, tmp_path):
         scaling=dataclasses.replace(spec.scaling, strategy="fsdp"),
     )
     summary = run(spec).summary
-    assert summary["layout"] == "fsdp"
-    assert summary["steps"] > 3  # counted from one pass over the packed data
-    assert summary["eval_loss"] < summary["initial_eval_loss"], summary
+    assert summary.layout == "fsdp"
+    assert summary.steps > 3  # counted from one pass over the packed data
+    assert summary.eval_loss < summary.initial_eval_loss, summary
     assert (tmp_path / "runs" / "tiny-fsdp" / "adapter" / "adapter_model.safetensors").is_file()
 
 
@@ -202,8 +203,10 @@ def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
     ):
         assert f"team-a/tiny-s3/{name}" in keys
     assert any(k.startswith("team-a/tiny-s3/tiny-s3/checkpoint_") and k.endswith("train_state.safetensors") for k in keys)
-    summary = json.loads(s3.get_object(Bucket="rayft-runs", Key="team-a/tiny-s3/summary.json")["Body"].read())
-    assert summary["steps"] == 6
+    summary = JobSummary.from_dict(
+        json.loads(s3.get_object(Bucket="rayft-runs", Key="team-a/tiny-s3/summary.json")["Body"].read())
+    )
+    assert summary.steps == 6
 
 
 def test_a_run_already_at_its_end_fails_with_the_reason_and_overwrite_starts_over(ray_cluster, tiny_spec):
@@ -216,7 +219,7 @@ def test_a_run_already_at_its_end_fails_with_the_reason_and_overwrite_starts_ove
     with pytest.raises(NothingTrained, match="trained 0 steps of 4: its checkpoint is already at step 4"):
         run(spec)
     again = run(spec, overwrite=True)  # starts over: every step trained again, from step 1
-    assert again.summary["steps"] == 4 and again.summary["reported_steps"][0] == 2
+    assert again.summary.steps == 4 and again.summary.reported_steps[0] == 2
 
 
 def write_sorted_halves(path: Path, rows: int) -> Path:
@@ -262,8 +265,8 @@ def test_shuffled_epochs_mix_sorted_halves_differ_per_epoch_and_resume_in_the_sa
     spec = spec.replace(name="shuffled", data=dataclasses.replace(spec.data, path=str(data), val_fraction=0.0))
     events = []
     summary = run(spec, on_event=events.append, chaos=Chaos(fail_at_step=36, record_rows=True)).summary
-    per_epoch = summary["steps"] // 2
-    assert 18 < per_epoch < 32 and summary["restarts"] == 1  # the failure (step 36) and the resume (32) in epoch 2
+    per_epoch = summary.steps // 2
+    assert 18 < per_epoch < 32 and summary.restarts == 1  # the failure (step 36) and the resume (32) in epoch 2
 
     seen = rows_seen(tmp_path / "runs" / "shuffled")
     for rank, records in seen.items():

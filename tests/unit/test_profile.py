@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -9,6 +10,7 @@ import pytest
 
 from ray_jobs.diagnosis import diagnose
 from ray_jobs.profile import JobProfile, model_shape, step_flops
+from rayft_contract.records import JobSummary, ModelShape, Progress, SetupTimes, Timing
 
 
 def step(wall=1.0, data_wait=0.0, tokens=1000, processed=1000, checkpoint=0.0):
@@ -20,24 +22,25 @@ def step(wall=1.0, data_wait=0.0, tokens=1000, processed=1000, checkpoint=0.0):
 def profile_of(steps, peak=None, shape=None):
     p = JobProfile(start=0.0)
     steps = [{**s, "step": i + 1} for i, s in enumerate(steps)]
-    p.add({"step_timing": steps, "world_size": 2, "peak_flops": peak, "model_shape": shape, "total_steps": len(steps)})
+    facts = {"world_size": 2, "peak_flops": peak, "model_shape": shape}
+    p.add(Progress.from_dict({"step": len(steps), "total_steps": len(steps), "step_timing": steps, "facts": facts}))
     return p
 
 
-SHAPE = {
-    "matmul_params": 6_500_000_000,
-    "trainable_matmul_params": 40_000_000,
-    "layers": 32,
-    "attn_dim": 4096,
-    "gradient_checkpointing": False,
-}
+SHAPE = ModelShape(
+    matmul_params=6_500_000_000,
+    trainable_matmul_params=40_000_000,
+    layers=32,
+    attn_dim=4096,
+    gradient_checkpointing=False,
+)
 
 
 def test_flops_formula_for_lora_on_a_frozen_base():
     model, hardware = step_flops(SHAPE, tokens=1, attn_ctx=512)
     assert model == 4 * 6.5e9 + 2 * 40e6 + 12 * 32 * 4096 * 512
     assert hardware == model
-    recomputed = step_flops({**SHAPE, "gradient_checkpointing": True}, tokens=1, attn_ctx=512)
+    recomputed = step_flops(dataclasses.replace(SHAPE, gradient_checkpointing=True), tokens=1, attn_ctx=512)
     assert recomputed[0] == model and recomputed[1] == model + 2 * 6.5e9 + 4 * 32 * 4096 * 512
 
 
@@ -45,9 +48,9 @@ def test_mfu_against_the_peak_of_every_gpu():
     steps = [step(wall=1.0, tokens=20_000) for _ in range(10)]
     eff = profile_of(steps, peak=989.4e12, shape=SHAPE).efficiency()
     expected = step_flops(SHAPE, 20_000, 20_000 * 100)[0] / 1.0 / (989.4e12 * 2)
-    assert eff["mfu"] == pytest.approx(expected) and 0 < eff["mfu"] < 1
-    assert eff["tokens_per_s"] == pytest.approx(20_000) and eff["tokens_per_s_per_worker"] == pytest.approx(10_000)
-    assert profile_of(steps, peak=None, shape=SHAPE).efficiency()["mfu"] is None
+    assert eff.mfu == pytest.approx(expected) and 0 < eff.mfu < 1
+    assert eff.tokens_per_s == pytest.approx(20_000) and eff.tokens_per_s_per_worker == pytest.approx(10_000)
+    assert profile_of(steps, peak=None, shape=SHAPE).efficiency().mfu is None
 
 
 def test_model_shape_counts_leaf_matmuls_once(tiny_spec):
@@ -61,16 +64,16 @@ def test_model_shape_counts_leaf_matmuls_once(tiny_spec):
     base = load_base(tiny_spec, torch.device("cpu"), Single())
     linears = sum(m.in_features * m.out_features for m in base.modules() if isinstance(m, torch.nn.Linear))
     lora = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
-    assert shape["matmul_params"] == linears + lora
-    assert shape["trainable_matmul_params"] >= lora  # modules_to_save also trains the LM head
-    assert shape["layers"] == base.config.num_hidden_layers
+    assert shape.matmul_params == linears + lora
+    assert shape.trainable_matmul_params >= lora  # modules_to_save also trains the LM head
+    assert shape.layers == base.config.num_hidden_layers
 
 
 def test_warmup_is_the_slow_prefix_and_steady_state_leaves_it_out():
     steps = [step(wall=5.0) for _ in range(6)] + [step(wall=1.0) for _ in range(30)]
     p = profile_of(steps)
     assert p.warmup_steps() == 6 and p.warmup_slowdown() == pytest.approx(5.0)
-    assert p.efficiency()["step_time_s"] == pytest.approx(1.0)
+    assert p.efficiency().step_time_s == pytest.approx(1.0)
     assert [f.kind for f in diagnose(p, _spec(), wall=70.0)] == ["warmup"]
 
 
@@ -121,7 +124,7 @@ def test_slow_evaluation_is_named():
     steps[9]["phases"]["eval"] = 3.0
     steps[9]["wall"] += 3.0
     p = profile_of(steps)
-    p.setup = {"first_eval_s": 3.0}
+    p.setup = SetupTimes(worker_start_ts=0.0, first_eval_s=3.0)
     assert [f.kind for f in diagnose(p, _spec(), wall=30.0)] == ["slow_eval"]
     assert "2 passes" in diagnose(p, _spec(), wall=30.0)[0].message
 
@@ -167,7 +170,7 @@ def test_the_table_the_picture_and_the_cli_read_one_list_of_phases():
 
     p = profile_of([step(wall=1.0, data_wait=0.2, checkpoint=0.1) for _ in range(10)])
     p.driver = {"preflight": 0.5, "connect": 2.0, "trainer_setup": 1.0, "export": 1.0}
-    p.setup = {"model_load_s": 3.0, "worker_start_ts": 10.0, "loop_start_ts": 14.0}
+    p.setup = SetupTimes(worker_start_ts=10.0, model_load_s=3.0, loop_start_ts=14.0)
     p.fit_start = 9.0
     rows = p.breakdown(wall=40.0)
     assert list(rows) == [phase.value for phase in Phase], "every phase, in the enum's order"
@@ -175,7 +178,7 @@ def test_the_table_the_picture_and_the_cli_read_one_list_of_phases():
     assert sum(groups.values()) == pytest.approx(sum(max(v, 0.0) for v in rows.values()))
     assert groups[Group.OTHER] == pytest.approx(max(rows["other"], 0.0)), "the picture's other is the table's other"
     assert groups[Group.STARTUP] == pytest.approx(sum(rows[ph] for ph in Phase if ph.group is Group.STARTUP))
-    labels = [row for row in phase_table({"wall_time_s": 40.0, "timing": {"phases": rows, "warmup_steps": 0}}).columns[0].cells]
+    labels = [row for row in phase_table(JobSummary("tiny", wall_time_s=40.0, timing=Timing(rows))).columns[0].cells]
     assert "trainer setup" in labels and "connect to Ray" in labels and "other" in labels
 
 

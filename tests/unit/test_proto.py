@@ -94,13 +94,38 @@ def test_generated_code_is_current(tmp_path):
 )
 def test_job_events_survive_the_wire(kind, data):
     """What a job reports (ray_jobs.report) is what a watcher reads back (rayft_contract.convert)."""
-    from ray_jobs.report import to_proto
-    from rayft_contract.convert import event_from_proto
+    from rayft_contract.convert import event_from_proto, event_to_proto
     from rayft_contract.events import Event
 
     sent = Event(kind, data)
-    received = event_from_proto(to_proto(sent))
+    received = event_from_proto(event_to_proto(sent))
     assert (received.kind, received.data, received.time) == (kind, data, sent.time)
+
+
+def test_a_workers_report_reaches_a_watcher_as_the_fields_it_shows_with_the_eta():
+    from rayft_contract.convert import event_from_proto, event_to_proto
+    from rayft_contract.events import Event
+    from rayft_contract.records import Progress, RunFacts, StepRecord
+
+    step = StepRecord(step=40, wall=0.5, phases={"data_wait": 0.01}, tokens=100, processed=128, samples=4, attn_ctx=900)
+    sent = Progress(
+        step=40, total_steps=100, epoch=1, loss=1.25, learning_rate=1e-4, tokens_per_s=2000.0, step_time_s=0.5,
+        checkpoint=True, facts=RunFacts(world_size=2, layout="ddp"), step_timing=(step,),
+    )  # fmt: skip
+    received = Progress.from_dict(event_from_proto(event_to_proto(Event("progress", sent.to_dict()))).data)
+    assert (received.step, received.total_steps, received.epoch, received.loss) == (40, 100, 1, 1.25)
+    assert (received.tokens_per_s, received.checkpoint, received.eta_s) == (2000.0, True, 30.0)  # 60 steps x 0.5 s
+    assert received.facts is None and received.step_timing == (), "what only the driver reads stays off the wire"
+
+
+def test_the_wire_progress_is_a_subset_of_the_progress_record_field_for_field():
+    import typing
+
+    from rayft_contract.records import Progress
+
+    hints = typing.get_type_hints(Progress)
+    for field in pb.Progress.DESCRIPTOR.fields:
+        assert field.name in hints, f"pb.Progress.{field.name} has no field in rayft_contract.records.Progress"
 
 
 def test_every_event_kind_has_its_payload_on_the_wire_and_no_other():
@@ -109,3 +134,14 @@ def test_every_event_kind_has_its_payload_on_the_wire_and_no_other():
     oneof = {f.name for f in pb.JobEvent.DESCRIPTOR.oneofs_by_name["payload"].fields}
     assert oneof == {"state", *REPORTABLE}
     assert set(EVENT_KINDS) - oneof == {"timing"}, "only the driver-internal timing records stay off the wire"
+
+
+def test_the_proto_names_every_kind_of_diagnosis_the_job_can_send():
+    import re
+
+    from ray_jobs import diagnosis
+
+    comment = re.search(
+        r"string kind = 1;\s*// (.*)", (ROOT / "proto/rayft_contract/v1/finetune.proto").read_text().split("message Diagnosis")[1]
+    ).group(1)
+    assert comment.split(" | ") == list(diagnosis.KINDS)

@@ -1,0 +1,74 @@
+"""The typed records that cross process boundaries (rayft_contract.records): what one side writes, the other reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rayft_contract.records import (
+    Caches,
+    DatasetCacheInfo,
+    Efficiency,
+    Fetched,
+    Finding,
+    JobSummary,
+    ModelShape,
+    Progress,
+    RunFacts,
+    Sample,
+    SamplesAt,
+    SetupTimes,
+    StepRecord,
+    Timing,
+)
+
+
+def _wire(record):
+    """What Ray, metrics.jsonl, summary.json and the service's store carry: JSON."""
+    return json.loads(json.dumps(record.to_dict()))
+
+
+def test_a_report_with_nested_records_comes_back_equal_after_json():
+    step = StepRecord(3, 0.5, {"data_wait": 0.1, "forward_backward": 0.3}, 100, 128, 4, 900)
+    report = Progress(
+        step=3,
+        total_steps=10,
+        loss=1.5,
+        facts=RunFacts(world_size=2, model_shape=ModelShape(10, 2, 2, 64), layout="ddp"),
+        setup=SetupTimes(worker_start_ts=1.0, model_load_s=2.0),
+        eval_samples=(Sample("hi", "hello", "hey"),),
+        step_timing=(step,),
+    )
+    again = Progress.from_dict(_wire(report))
+    assert again == report
+    assert isinstance(again.facts.model_shape, ModelShape) and isinstance(again.step_timing[0], StepRecord)
+
+
+def test_a_summary_comes_back_equal_after_json_with_every_nested_record_typed():
+    sample = Sample("q", "a", "b")
+    summary = JobSummary(
+        name="tiny",
+        steps=4,
+        eval_samples=SamplesAt(0, 4, (sample,), (sample,)),
+        timing=Timing({"connect": 1.0, "other": 0.5}, warmup_steps=1),
+        efficiency=Efficiency(steady_steps=3, tokens_per_s=10.0, mfu=0.3),
+        diagnosis=(Finding("padding", "40% padding", 1.2),),
+        caches=Caches(DatasetCacheInfo(enabled=True, hit=True, key="k"), Fetched("/m", "local")),
+        reported_steps=(2, 4),
+    )
+    again = JobSummary.from_dict(_wire(summary))
+    assert again == summary
+    assert again.caches.model.hit and again.diagnosis[0].cost_s == 1.2 and again.eval_samples.last[0].answer == "b"
+
+
+def test_a_client_reads_a_summary_from_an_older_or_a_newer_job():
+    older = {"name": "old", "steps": 3, "timing": {"phases": {"other": 1.0}}}  # written before most fields existed
+    newer = {**older, "a_field_from_the_future": {"x": 1}, "efficiency": {"tokens_per_s": 5.0, "future": 1}}
+    assert JobSummary.from_dict(older).efficiency == Efficiency() and JobSummary.from_dict(older).diagnosis == ()
+    assert JobSummary.from_dict(newer).efficiency.tokens_per_s == 5.0
+
+
+def test_a_record_missing_a_required_field_is_refused_by_name():
+    with pytest.raises(TypeError, match="total_steps"):
+        Progress.from_dict({"step": 1})
