@@ -10,9 +10,12 @@ it made itself (``service/auth.py``).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from typing import Protocol
 
+from rayft_contract.spec import FineTuneSpec
 from service.store import JobRecord
 
 
@@ -33,6 +36,45 @@ def _submit_error(exc: RuntimeError) -> Exception:
     return RayUnavailable(str(exc))
 
 
+@dataclasses.dataclass(frozen=True)
+class Capacity:
+    """What each alive node of the Ray cluster holds (its total resources), as the Jobs API's state API says."""
+
+    nodes: tuple[dict[str, float], ...]
+
+    def refusal(self, spec: FineTuneSpec) -> str | None:
+        """Why ``spec``'s workers can never all be placed on these nodes, naming the field and the fix; ``None``
+        when they fit (idle or not: Ray's queue handles a busy cluster).
+
+        Ray Train asks for ``num_workers`` identical bundles (``cpus_per_worker`` CPUs, and 1 GPU with
+        ``use_gpu``), so the workers fit when the nodes' whole bundles add up to ``num_workers``."""
+        s = spec.scaling
+        gpus = sum(n.get("GPU", 0.0) for n in self.nodes)
+        cpus = max((n.get("CPU", 0.0) for n in self.nodes), default=0.0)
+        if s.use_gpu and gpus == 0:
+            return "scaling.use_gpu: the Ray cluster has no GPU; set scaling.use_gpu false, or add GPU nodes"
+        if s.cpus_per_worker > cpus:
+            return (
+                f"scaling.cpus_per_worker: {s.cpus_per_worker:g} CPUs per worker, and the Ray cluster's largest node has "
+                f"{cpus:g}; lower scaling.cpus_per_worker"
+            )
+        fit = sum(self._workers_on(node, s.cpus_per_worker, s.use_gpu) for node in self.nodes)
+        if fit < s.num_workers:
+            what = "GPU" if s.use_gpu else f"{s.cpus_per_worker:g} CPUs"
+            return (
+                f"scaling.num_workers: {s.num_workers} workers of {what} each, and the Ray cluster's nodes hold {fit} "
+                f"({len(self.nodes)} nodes, {gpus:g} GPUs); lower scaling.num_workers to {fit} or less"
+            )
+        return None
+
+    @staticmethod
+    def _workers_on(node: dict[str, float], cpus: float, gpu: bool) -> int:
+        fit = math.floor(node.get("CPU", 0.0) / cpus) if cpus else math.inf
+        if gpu:
+            fit = min(fit, math.floor(node.get("GPU", 0.0)))
+        return int(fit)
+
+
 class Launcher(Protocol):
     address: str
     """Where Ray's Jobs API is (for messages)."""
@@ -48,6 +90,9 @@ class Launcher(Protocol):
     def ping(self) -> None:
         """Raise ``RayUnavailable`` unless the Jobs API answers."""
 
+    def capacity(self) -> Capacity:
+        """The cluster's alive nodes and what each holds; raises ``RayUnavailable``."""
+
 
 class RayJobLauncher:
     def __init__(self, address: str, python: str, report_env: dict[str, str] | None = None):
@@ -55,6 +100,10 @@ class RayJobLauncher:
         certificate it verifies the service with, ``RAYFT_REPORT_CA``)."""
         self.address, self.python, self.report_env = address, python, dict(report_env or {})
         self._client = None
+        # Imported now, on one thread: imported lazily in the launcher's worker threads, two of them at once
+        # (a ping and a capacity look) failed with "partially initialized module 'ray.util'".
+        import ray.job_submission  # noqa: F401
+        import ray.util.state  # noqa: F401
 
     def _jobs(self):  # noqa: ANN202 - ray.job_submission.JobSubmissionClient, imported lazily
         if self._client is None:
@@ -67,6 +116,7 @@ class RayJobLauncher:
         return self._client
 
     def submit(self, job: JobRecord, report_address: str, launch_ticket: str) -> str:
+        spec = FineTuneSpec.from_dict(job.spec)
         env = {
             **self.report_env,
             "RAYFT_JOB_ID": job.id,
@@ -80,9 +130,9 @@ class RayJobLauncher:
                 runtime_env={"env_vars": env},
                 metadata={
                     "rayft_team": job.team,
-                    "rayft_job": job.spec.get("name", ""),
-                    "rayft_model": job.spec.get("model", {}).get("path", ""),
-                    "rayft_data": job.spec.get("data", {}).get("path", ""),
+                    "rayft_job": spec.name,
+                    "rayft_model": spec.model.path,
+                    "rayft_data": spec.data.path,
                 },
             )
         except RuntimeError as exc:
@@ -117,3 +167,13 @@ class RayJobLauncher:
         except (RuntimeError, ConnectionError) as exc:
             self._client = None
             raise RayUnavailable(str(exc)) from exc
+
+    def capacity(self) -> Capacity:
+        from ray.util.state import list_nodes
+        from ray.util.state.exception import RayStateApiException
+
+        try:
+            nodes = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")], detail=True, timeout=10)
+        except (RayStateApiException, RuntimeError, OSError) as exc:  # requests' ConnectionError is an OSError
+            raise RayUnavailable(f"Ray's state API at {self.address}: {exc}") from exc
+        return Capacity(tuple({k: float(v) for k, v in node.resources_total.items()} for node in nodes))

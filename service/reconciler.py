@@ -14,9 +14,10 @@ import logging
 import time
 from collections import Counter
 
+from rayft_contract.spec import FineTuneSpec
 from rayft_contract.states import JobState, TransitionError
 from service import auth
-from service.launcher import Launcher, LaunchRejected, RayUnavailable
+from service.launcher import Capacity, Launcher, LaunchRejected, RayUnavailable
 from service.progress import JobEvents
 from service.store import JobRecord, StoreError
 
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 class Reconciler:
     SWEEP_ENDED_S = 600.0
     """Jobs that ended this recently are checked for Ray jobs left running (see ``_ensure_stopped``)."""
+    CAPACITY_TTL_S = 30.0
+    """How long a look at the cluster's nodes is reused by CreateJob's capacity check."""
 
     def __init__(
         self,
@@ -37,9 +40,13 @@ class Reconciler:
         *,
         launch_key: bytes,
         max_running_per_team: int = 2,
+        cluster_autoscales: bool = False,
     ):
         self.events, self.store, self.launch_key = events, events.store, launch_key
         self.max_running_per_team = max_running_per_team
+        self.cluster_autoscales = cluster_autoscales
+        self._capacity: tuple[float, Capacity | None] | None = None
+        """(when it was looked at, what the nodes held: ``None`` if Ray could not say)."""
         self.launch_paused = launch_paused
         self.launcher, self.report_address, self.interval_s = launcher, report_address, interval_s
         self.ray_reachable = True
@@ -65,6 +72,22 @@ class Reconciler:
             except TimeoutError:
                 pass
             self._wake.clear()
+
+    async def refusal(self, spec: FineTuneSpec) -> str | None:
+        """Why ``spec`` can never run on the cluster as it is (``Capacity.refusal``); ``None`` when it can, when
+        the cluster autoscales, while launches are paused (the cluster is being changed), or when Ray cannot say
+        (the job then queues, and launches once Ray is back)."""
+        if self.cluster_autoscales or self.launch_paused:
+            return None
+        if self._capacity is None or time.monotonic() - self._capacity[0] > self.CAPACITY_TTL_S:
+            try:
+                nodes: Capacity | None = await asyncio.to_thread(self.launcher.capacity)
+            except RayUnavailable as exc:
+                log.info("no capacity check for %s s: %s", self.CAPACITY_TTL_S, exc)
+                nodes = None
+            self._capacity = (time.monotonic(), nodes)
+        nodes = self._capacity[1]
+        return nodes.refusal(spec) if nodes is not None else None
 
     async def shutdown(self) -> None:
         """Let the pass in flight finish (a launch must not be cut between submit and record), then one

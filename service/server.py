@@ -113,6 +113,8 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
             spec = self.policy.apply(team, spec, job_id)
         except PolicyDenied as exc:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"spec.{exc}")
+        if why := await self.reconciler.refusal(spec):  # it would wait in Ray's queue for ever
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"spec.{why}")
         existing = await self.store.by_key(team, request.idempotency_key) if request.idempotency_key else None
         if existing is None and await self.store.count_active(team) >= self.settings.max_active_jobs_per_team:
             await context.abort(
@@ -355,6 +357,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         settings.launch_paused,
         launch_key=launch_key,
         max_running_per_team=settings.max_running_jobs_per_team,
+        cluster_autoscales=settings.cluster_autoscales,
     )
     reporting = JobReportingServicer(store, events, launch_key)
     pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy), server)

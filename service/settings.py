@@ -61,6 +61,9 @@ class ServiceSettings:
     launch_paused: bool = False
     """Accept and queue jobs but launch none (``RAYFT_LAUNCH_PAUSED=1``), e.g. while the Ray cluster is
     being upgraded; running jobs are still followed. Unpause by restarting without it."""
+    cluster_autoscales: bool = False
+    """The Ray cluster adds nodes on demand (``RAYFT_CLUSTER_AUTOSCALES=1``, e.g. KubeRay's autoscaler): then a job
+    larger than the nodes running now is queued, not refused as one that can never be placed."""
     reconcile_interval_s: float = 2.0
     """How often queued jobs are launched and running ones checked against Ray."""
     grace_s: float = 10.0
@@ -108,6 +111,7 @@ class ServiceSettings:
             "report_tls_ca": env.get("RAYFT_REPORT_TLS_CA") or None,
             "job_python": env.get("RAYFT_JOB_PYTHON", sys.executable),
             "launch_paused": env.get("RAYFT_LAUNCH_PAUSED", "0") not in ("0", "false", "no", ""),
+            "cluster_autoscales": env.get("RAYFT_CLUSTER_AUTOSCALES", "0") not in ("0", "false", "no", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["data_dir"] = Path(values["data_dir"])  # type: ignore[arg-type]

@@ -297,6 +297,36 @@ def test_a_team_reaches_only_the_locations_its_policy_allows(paused_server, toke
     a.cancel(inside.id)
 
 
+def test_a_job_the_cluster_can_never_place_is_refused_at_create_and_an_autoscaling_one_queues(
+    ray_cluster, tmp_path, tokens, policy, tiny_spec
+):
+    """The session cluster has 4 CPUs and no GPU: a GPU job, or 8 workers of 1 CPU, would wait in Ray for ever."""
+    job = tiny_job(tiny_spec, "svc-capacity")
+    gpu = job.replace(scaling=dataclasses.replace(job.scaling, use_gpu=True))
+    wide = job.replace(scaling=dataclasses.replace(job.scaling, num_workers=8, cpus_per_worker=1))
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_MAX_RUNNING_JOBS="0").start()
+    try:
+        a = Client(srv.address, tokens["team-a"])
+        for spec, field in ((gpu, "scaling.use_gpu"), (wide, "scaling.num_workers")):
+            with pytest.raises(grpc.RpcError) as info:
+                a.submit(spec)
+            assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value.details()
+            assert info.value.details().startswith(f"spec.{field}: "), info.value.details()
+        assert list(a.list()) == []  # nothing was stored
+    finally:
+        srv.stop()
+    # With an autoscaler the nodes running now are not the limit: the job is stored (and would wait for a node).
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_CLUSTER_AUTOSCALES="1", RAYFT_MAX_RUNNING_JOBS="0")
+    srv.start()
+    try:
+        a = Client(srv.address, tokens["team-a"])
+        queued = a.submit(gpu)
+        assert queued.state == pb.QUEUED
+        a.cancel(queued.id)
+    finally:
+        srv.stop()
+
+
 def test_a_megabyte_spec_is_refused_at_the_api_and_nothing_is_stored(paused_server, tokens, tiny_spec):
     a = Client(paused_server.address, tokens["team-a"])
     body = tiny_job(tiny_spec, "svc-huge").to_dict()
