@@ -84,8 +84,8 @@ class TokenizeAndPack:
         self.chaos.slow_tokenizer()
         report = QualityReport()
         examples: dict[str, list[Example]] = {split: [] for split in self.splits}
-        columns = ("source", "file", "line", "record")
-        for source, file, line, record in zip(*(batch.column(c).to_pylist() for c in columns)):
+        columns = ("source", "file", "piece", "line", "record")
+        for source, file, piece, line, record in zip(*(batch.column(c).to_pylist() for c in columns)):
             split = "eval" if in_eval_split(record, self.data.val_fraction) else "train"
             if split not in examples:
                 continue
@@ -93,7 +93,7 @@ class TokenizeAndPack:
             try:
                 examples[split].append(self.encode(record, report))
             except BadRow as bad:
-                report.record(bad, f"{source}:{line}", file, line)
+                report.record(bad, source, file, piece, line)
         if ray.get(self.ledger.add.remote(report)):  # streaming: fail as soon as the share is clearly too high
             raise DataQualityError(ray.get(self.ledger.get.remote()).describe(self.data.max_bad_row_frac))
         parts = [self._pack(split, rows) for split, rows in examples.items()]
@@ -146,9 +146,9 @@ def tokenize(
     dataset of packed rows."""
     import ray.data
 
-    # A file arrives as one block of records; cut it into tokenizer-sized blocks so that every actor
-    # gets work and each packed batch streams on as soon as it is ready.
-    records = read_records(files, data.path).repartition(target_num_rows_per_block=data.tokenize_batch_size)
+    # Records arrive in the reading tasks' blocks (``ray_jobs.sources``); cut them into tokenizer-sized blocks
+    # so that every actor gets work and each packed batch streams on as soon as it is ready.
+    records = read_records(files, data.path, ledger).repartition(target_num_rows_per_block=data.tokenize_batch_size)
     return records.map_batches(
         TokenizeAndPack,
         fn_constructor_kwargs={

@@ -41,7 +41,9 @@ def check(spec: FineTuneSpec) -> DataInputs:
 
 def data_inputs(spec: FineTuneSpec) -> DataInputs:
     files = data_files(spec.data.path)
-    return DataInputs(files, resolve_format(spec.data, files), tuple(files.identity()))
+    identity = tuple(files.identity())
+    files = dataclasses.replace(files, sizes=tuple(size for _, size, _ in identity))  # what cuts large files into pieces
+    return DataInputs(files, resolve_format(spec.data, files), identity)
 
 
 def check_model(path: str) -> None:

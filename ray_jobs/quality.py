@@ -63,9 +63,30 @@ class QualityReport:
         self.truncated += other.truncated
         self._keep_earliest(other.examples)
 
-    def record(self, bad: BadRow, location: str, file_index: int, line: int) -> None:
+    def record(self, bad: BadRow, source: str, file_index: int, piece: int, line: int) -> None:
+        """One bad row at ``line`` of ``piece`` of the file ``source`` (the ``file_index``-th of the listing)."""
         self.bad[bad.kind] += 1
-        self._keep_earliest([BadRowSample(file_index, line, bad.kind, location, str(bad))])
+        self._keep_earliest([BadRowSample(file_index, piece, line, bad.kind, f"{source}:{line}", str(bad))])
+
+    def resolved(self, lines: dict[tuple[int, int], tuple[int, int]]) -> QualityReport:
+        """This report with every example's line counted from its file's start. ``lines``: (file, piece) ->
+        (lines in that piece, its first byte), as the reading tasks reported them. A piece whose earlier
+        pieces have not all reported (a job failing early, mid-read) is located by its byte offset instead."""
+        examples = []
+        for e in self.examples:
+            if e.piece == 0:
+                examples.append(e)
+                continue
+            before = [lines.get((e.file_index, p)) for p in range(e.piece)]
+            source = e.location.rsplit(":", 1)[0]
+            if None in before:
+                start = lines.get((e.file_index, e.piece), (0, "?"))[1]
+                location = f"{source} (line {e.line} after byte {start})"
+                examples.append(dataclasses.replace(e, location=location))
+                continue
+            line = sum(count for count, _ in before) + e.line  # type: ignore[misc]
+            examples.append(dataclasses.replace(e, piece=0, line=line, location=f"{source}:{line}"))
+        return dataclasses.replace(self, examples=sorted(examples))
 
     def _keep_earliest(self, new: list[BadRowSample]) -> None:
         kept: Counter = Counter()
@@ -123,6 +144,14 @@ class RowLedger:
     def __init__(self, max_frac: float):
         self.report = QualityReport()
         self.max_frac = max_frac
+        self.lines: dict[tuple[int, int], tuple[int, int]] = {}
+        """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.sources``)."""
+
+    def add_lines(self, file_index: int, piece: int, lines: int, start: int) -> None:
+        self.lines[(file_index, piece)] = (lines, start)
+
+    def lines_by_piece(self) -> dict[tuple[int, int], tuple[int, int]]:
+        return dict(self.lines)
 
     def add(self, part: QualityReport) -> bool:
         """Fold in one batch's counts; True when the share of bad rows is already clearly over the limit."""
@@ -130,4 +159,4 @@ class RowLedger:
         return self.report.rows >= MIN_ROWS_FOR_EARLY_FAIL and self.report.bad_frac > self.max_frac
 
     def get(self) -> QualityReport:
-        return self.report
+        return self.report.resolved(self.lines)

@@ -9,8 +9,10 @@ wrong path or layout fails before any cluster starts.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,12 +29,24 @@ HUB_PREFIX = "hf://datasets/"
 """Hugging Face hub datasets, read from the hub's cache (downloaded into it once; ``HF_HUB_OFFLINE=1`` works)."""
 
 
+PIECE_BYTES = 32 * 2**20
+"""An uncompressed JSONL file over this size is read in ranges of about this size, each by a task of its own,
+so that one large file keeps every CPU busy. Read whole, a 5 GB file was one task holding one 5 GB object.
+A compressed file cannot be cut where its lines are: one task streams it, in blocks of
+:data:`RECORDS_PER_BLOCK` records, so its memory stays bounded all the same."""
+RECORDS_PER_BLOCK = 4096
+"""Records per block a reading task hands on (the tokenizers re-cut them into their own batches)."""
+
+
 @dataclass(frozen=True)
 class Files:
     """The data files a ``data.path`` names, on one pyarrow filesystem."""
 
     fs: Any
     paths: list[str]
+    sizes: tuple[int, ...] | None = None
+    """Each file's size in bytes, once listed (``ray_jobs.preflight.data_inputs``): what cuts large files into
+    pieces. ``None``: every file is read by one task."""
 
     @property
     def reader(self) -> str:
@@ -137,26 +151,127 @@ def peek_columns(files: Files) -> list[str]:
     return list(row)
 
 
-def read_records(files: Files, path: str) -> ray.data.Dataset:
-    """One row per record, unparsed, with where it came from: ``{"source", "file", "line", "record"}``.
+@dataclass(frozen=True)
+class Piece:
+    """One reading task's share of the data: a whole file, or the lines that start in ``[start, end)`` of one."""
+
+    path: str
+    file: int
+    """The file's index in the sorted listing."""
+    piece: int = 0
+    """This range's index within its file (0: the file's start, or the whole file)."""
+    start: int = 0
+    end: int = -1
+    """Byte offset the range stops at (``-1``: the file's end)."""
+
+
+def pieces_of(files: Files, piece_bytes: int | None = None) -> list[Piece]:
+    """Every file as one piece, but uncompressed JSONL files over ``piece_bytes`` (:data:`PIECE_BYTES`), cut
+    into even ranges."""
+    piece_bytes = piece_bytes or PIECE_BYTES
+    out = []
+    for index, path in enumerate(files.paths):
+        size = files.sizes[index] if files.sizes else 0
+        if not path.lower().endswith(".jsonl") or size <= piece_bytes:
+            out.append(Piece(path, index))
+            continue
+        count = -(-size // piece_bytes)
+        out.extend(Piece(path, index, k, k * size // count, (k + 1) * size // count) for k in range(count))
+    return out
+
+
+def read_records(files: Files, path: str, ledger: Any = None, piece_bytes: int | None = None) -> ray.data.Dataset:
+    """One row per record, unparsed, with where it came from: ``{"source", "file", "piece", "line", "record"}``.
 
     ``record`` is the JSON text of the row (a JSONL line as written; CSV and Parquet rows are
     re-encoded), parsed by the tokenizer actors so that a bad line is counted there, not fatal here.
-    ``line`` is the 1-based line of a JSONL file, or the row number of the other file types; ``file`` is the
-    file's index in the sorted listing, so that "the first bad row" means first in the data.
-    Every file is read whole, once, in parallel (``ray.data.read_binary_files``). ``files``: ``path``'s
-    listing, made once by the driver (``ray_jobs.preflight``).
+    ``line`` is the 1-based line of a JSONL file within its ``piece`` (:func:`pieces_of`), or the row number
+    of the other file types; ``file`` is the file's index in the sorted listing, so that "the first bad row"
+    means first in the data. A task that read a piece tells ``ledger`` (``ray_jobs.quality.RowLedger``) how
+    many lines it held, which turns a piece's line into the file's line. ``files``: ``path``'s listing, made
+    once by the driver (``ray_jobs.preflight``).
     """
     import ray.data
 
-    return ray.data.read_binary_files(files.paths, filesystem=files.fs, include_paths=True).flat_map(
-        split_records,
+    pieces = pieces_of(files, piece_bytes)
+    return ray.data.from_items([dataclasses.asdict(p) for p in pieces], override_num_blocks=len(pieces)).map_batches(
+        read_pieces,
+        batch_size=1,
+        batch_format="pyarrow",
         fn_kwargs={
+            "fs": files.fs,
             "reader": files.reader,
             "scheme": "s3://" if path.startswith("s3://") else "",
-            "order": {p: i for i, p in enumerate(files.paths)},
+            "ledger": ledger,
         },
     )
+
+
+def read_pieces(batch: Any, fs: Any, reader: str, scheme: str = "", ledger: Any = None) -> Iterator[dict[str, list[Any]]]:
+    """Ray Data UDF: the records of each piece in ``batch`` (a table of :class:`Piece` rows), in blocks."""
+    for row in batch.to_pylist():
+        piece = Piece(**row)
+        if file_type(piece.path) != ".jsonl":  # whole-file formats: CSV, Parquet, JSON (an array, or lines)
+            with fs.open_input_stream(piece.path, compression="detect") as stream:
+                records = split_records({"path": piece.path, "bytes": stream.read()}, reader, scheme, {piece.path: piece.file})
+            yield from _blocks(records)
+            continue
+        lines = 0
+        block: list[dict[str, Any]] = []
+        for lines, text in enumerate(_lines(fs, piece), start=1):
+            if text.strip():
+                block.append(
+                    {"source": scheme + piece.path, "file": piece.file, "piece": piece.piece, "line": lines, "record": text}
+                )
+            if len(block) >= RECORDS_PER_BLOCK:
+                yield _columns(block)
+                block = []
+        if block:
+            yield _columns(block)
+        if ledger is not None and piece.end >= 0:  # a range: the ledger turns its lines into the file's
+            import ray
+
+            ray.get(ledger.add_lines.remote(piece.file, piece.piece, lines, piece.start))
+
+
+def _lines(fs: Any, piece: Piece) -> Iterator[str]:
+    """The lines of ``piece``: all of a file's, or those that start in ``[start, end)`` (the last one read to
+    its end past ``end``; the line cut at ``start`` belongs to the piece before)."""
+    import io
+
+    if piece.end < 0:  # whole file, compressed or not: streamed
+        with fs.open_input_stream(piece.path, compression="detect") as stream:
+            for line in io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n"):
+                yield line.rstrip("\n").rstrip("\r")
+        return
+    with fs.open_input_file(piece.path) as f:
+        begin = max(piece.start - 1, 0)  # the byte before the range says whether a line starts at its first byte
+        f.seek(begin)
+        data = f.read(piece.end - begin)
+        if piece.start > 0:
+            cut = data.find(b"\n")
+            data = data[cut + 1 :] if cut >= 0 else b""
+        if not data:
+            return
+        while not data.endswith(b"\n"):  # the range's last line runs on past its end
+            more = f.read(1 << 16)
+            if not more:
+                break
+            newline = more.find(b"\n")
+            data += more if newline < 0 else more[: newline + 1]
+            if newline >= 0:
+                break
+    for line in data.decode("utf-8", errors="replace").split("\n")[: -1 if data.endswith(b"\n") else None]:
+        yield line.rstrip("\r")
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    return {key: [r[key] for r in rows] for key in ("source", "file", "piece", "line", "record")}
+
+
+def _blocks(records: list[dict[str, Any]]) -> Iterator[dict[str, list[Any]]]:
+    for i in range(0, len(records), RECORDS_PER_BLOCK):
+        yield _columns([{"piece": 0, **r} for r in records[i : i + RECORDS_PER_BLOCK]])
 
 
 def split_records(

@@ -322,12 +322,14 @@ class BadRowSample(Record):
 
     file_index: int
     """The file's position in the sorted listing of ``data.path`` (``ray_jobs.sources.data_files``)."""
-    line: int
-    """1-based line of a JSONL file, or row number in the other file types."""
-    kind: str = dataclasses.field(compare=False)
-    location: str = dataclasses.field(compare=False)
+    piece: int = 0
+    """Which range of the file it was read in (``ray_jobs.sources.pieces_of``); 0 once ``line`` is the file's."""
+    line: int = 0
+    """1-based line of a JSONL file (within its piece until resolved), or row number in the other file types."""
+    kind: str = dataclasses.field(default="", compare=False)
+    location: str = dataclasses.field(default="", compare=False)
     """``file:line``, as a user would open it."""
-    reason: str = dataclasses.field(compare=False)
+    reason: str = dataclasses.field(default="", compare=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,7 +61,7 @@ def test_report_skips_below_the_threshold_and_fails_above_naming_the_lines(tmp_p
         try:
             encoder.encode(record["record"], report)
         except BadRow as bad:
-            report.record(bad, f"{record['source']}:{record['line']}", record["file"], record["line"])
+            report.record(bad, record["source"], record["file"], 0, record["line"])
 
     assert report.rows == 400 and report.bad_rows == 20
     assert dict(report.bad) == {k: list(bad_at.values()).count(k) for k in set(bad_at.values())}
@@ -77,7 +77,7 @@ def test_report_skips_below_the_threshold_and_fails_above_naming_the_lines(tmp_p
 def test_report_keeps_a_few_examples_per_kind_and_round_trips():
     report, part = QualityReport(), QualityReport(rows=100)
     for i in range(9):
-        part.record(BadRow("unparsable", "x"), f"f:{i}", 0, i)
+        part.record(BadRow("unparsable", "x"), "f", 0, 0, i)
     report.add(part)
     report.add(part)
     assert report.bad["unparsable"] == 18 and len(report.examples) == 5
@@ -99,7 +99,7 @@ def test_the_ledger_reports_the_earliest_rows_in_file_order_whatever_order_block
         for block in blocks:
             part = QualityReport(rows=100)
             for f, line, kind in rng.sample(block, len(block)):
-                part.record(BadRow(kind, "why"), f"{files[f]}:{line}", f, line)
+                part.record(BadRow(kind, "why"), files[f], f, 0, line)
             ledger.add(part)
         report = ledger.get()
         for kind in kinds:
@@ -124,3 +124,17 @@ def test_records_carry_file_and_line(tmp_path):
     pq.write_table(pa.table({"text": ["a", "b"]}), sink)
     rows = split_records({"path": "x.parquet", "bytes": sink.getvalue().to_pybytes()}, "parquet")
     assert [(r["line"], json.loads(r["record"])) for r in rows] == [(1, {"text": "a"}), (2, {"text": "b"})]
+
+
+def test_a_bad_row_read_in_a_later_piece_is_located_at_its_files_own_line():
+    """A large file is read in ranges (ray_jobs.sources.pieces_of); each range's task tells the ledger its lines."""
+    ledger = RowLedger(max_frac=1.0)
+    part = QualityReport(rows=10)
+    part.record(BadRow("unparsable", "why"), "big.jsonl", 0, 2, 5)  # line 5 of the third range
+    part.record(BadRow("unparsable", "why"), "big.jsonl", 0, 0, 9)  # line 9 of the first
+    ledger.add(part)
+    ledger.add_lines(0, 2, 40, 2_000)
+    assert "(line 5 after byte 2000)" in ledger.get().examples[1].location, "earlier ranges not counted yet"
+    ledger.add_lines(0, 0, 100, 0)
+    ledger.add_lines(0, 1, 90, 1_000)
+    assert [(e.piece, e.line, e.location) for e in ledger.get().examples] == [(0, 9, "big.jsonl:9"), (0, 195, "big.jsonl:195")]

@@ -1,0 +1,83 @@
+"""The Ray Data read on the session cluster: large files cut into pieces, every row counted once (ray_jobs.sources, ray_jobs.data)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ray_jobs import sources
+from ray_jobs.data import new_ledger, tokenize
+from ray_jobs.preflight import data_inputs
+from ray_jobs.tiny import write_dataset_with_bad_rows
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_file_larger_than_a_piece_is_read_by_several_tasks_and_each_row_counted_once_at_its_line(
+    ray_cluster, tiny_spec, tmp_path, monkeypatch
+):
+    path = tmp_path / "big.jsonl"
+    bad_at = write_dataset_with_bad_rows(path, rows=1500, bad=40)
+    spec = tiny_spec.replace(
+        data=dataclasses.replace(tiny_spec.data, path=str(path), val_fraction=0.0, max_bad_row_frac=0.1, overlong="drop")
+    )
+    size = path.stat().st_size
+    monkeypatch.setattr(sources, "PIECE_BYTES", size // 6)  # the driver plans the pieces: 7 ranges of this file
+    inputs = data_inputs(spec)
+    assert inputs.files.sizes == (size,)
+
+    ledger = new_ledger(spec.data, fail_early=False)
+    records = sources.read_records(inputs.files, spec.data.path, ledger).take_all()
+    assert len({r["piece"] for r in records}) == 7, "seven ranges, each a task of its own"
+    lines_of = ray_get(ledger.lines_by_piece.remote())
+    assert sum(n for n, _ in lines_of.values()) == 1500
+    starts = {p: sum(lines_of[(0, q)][0] for q in range(p)) for p in range(7)}
+    file_lines = sorted(starts[r["piece"]] + r["line"] for r in records)
+    assert file_lines == list(range(1, 1501)), "every line once, none lost at a cut, none read twice"
+    text = path.read_text().splitlines()
+    assert all(text[starts[r["piece"]] + r["line"] - 1] == r["record"] for r in records)
+
+    # Through the tokenizers, the bad rows are located at the file's own lines, as a reader would open it.
+    ledger = new_ledger(spec.data, fail_early=False)
+    tokenize(spec.data, inputs.files, inputs.format, spec.model.path, None, ("train",), ledger).materialize()
+    report = ray_get(ledger.get.remote())
+    assert report.rows == 1500 and report.bad_rows == 40
+    for kind in set(bad_at.values()):
+        expected = sorted(line for line, k in bad_at.items() if k == kind)[:5]
+        found = [e for e in report.examples if e.kind == kind]
+        assert [e.line for e in found] == expected and all(e.piece == 0 for e in found), (kind, found)
+        assert [e.location for e in found] == [f"{path}:{line}" for line in expected]
+
+
+def ray_get(ref):
+    import ray
+
+    return ray.get(ref)
+
+
+def test_parquet_and_jsonl_of_the_same_rows_give_the_same_cache_entry(ray_cluster, tiny_spec, tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.tiny import write_dataset
+
+    jsonl = write_dataset(tmp_path / "rows.jsonl", rows=600, seed=3)
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in jsonl.read_text().splitlines()]), parquet)
+    entries = {}
+    for path in (jsonl, parquet):
+        data = dataclasses.replace(tiny_spec.data, path=str(path), cache_uri=str(tmp_path / f"cache-{path.suffix[1:]}"))
+        prepared = prepare(tiny_spec.replace(data=data))
+        rows = prepared.order.dataset(0, world=1, micro_batch_size=1).take_all()
+        entries[path.suffix] = (prepared.cache.packed_rows, prepared.quality_report().rows, _rows(rows))
+    assert entries[".jsonl"] == entries[".parquet"], "the same rows, templated, tokenized and packed the same"
+    assert entries[".jsonl"][1] == 600
+
+
+def _rows(rows):
+    columns = ("input_ids", "labels", "position_ids", "num_tokens")
+    return sorted(tuple(tuple(map(int, r[c])) if hasattr(r[c], "__len__") else int(r[c]) for c in columns) for r in rows)
