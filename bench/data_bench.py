@@ -110,7 +110,7 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     """
     from ray_jobs.data import new_ledger, tokenize
     from ray_jobs.dataset_cache import prepare
-    from ray_jobs.sources import data_files
+    from ray_jobs.preflight import data_inputs
 
     spec = spec.replace(data=dataclasses.replace(spec.data, tokenize_workers=workers, cache_uri=str(cache_root)))
     start = time.perf_counter()
@@ -121,7 +121,7 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     epoch_read_s = time.perf_counter() - start
     rows = prepared.cache.rows_tokenized
     start = time.perf_counter()
-    files = data_files(spec.data.path)
+    files = data_inputs(spec).files  # listed with sizes, so a large file is read in ranges as in a job
     tokenize(spec.data, files, "chat", spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
     only = time.perf_counter() - start
     return {
