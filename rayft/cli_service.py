@@ -36,6 +36,7 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p.add_argument("--tls-cert", help="PEM certificate chain the service presents (RAYFT_TLS_CERT); TLS on every port")
     p.add_argument("--tls-key", help="its PEM private key (RAYFT_TLS_KEY)")
     p.add_argument("--tls-client-ca", help="PEM CA of team client certificates: mutual TLS (RAYFT_TLS_CLIENT_CA)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port, plaintext (RAYFT_METRICS_PORT)")
     p.set_defaults(command=cmd_serve)
 
     p = sub.add_parser("token", help="team API tokens: create, list, revoke (run where the service's data dir is)")
@@ -90,6 +91,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca,
+            metrics_port=args.metrics_port,
         )
     except ValueError as exc:
         raise SpecError("serve", str(exc)) from None

@@ -18,6 +18,7 @@ from rayft_contract.spec import FineTuneSpec
 from rayft_contract.states import JobState, TransitionError
 from service import auth
 from service.launcher import Capacity, Launcher, LaunchRejected, RayUnavailable
+from service.metrics import ServiceMetrics
 from service.progress import JobEvents
 from service.store import JobRecord, StoreError
 
@@ -41,10 +42,12 @@ class Reconciler:
         launch_key: bytes,
         max_running_per_team: int = 2,
         cluster_autoscales: bool = False,
+        metrics: ServiceMetrics | None = None,
     ):
         self.events, self.store, self.launch_key = events, events.store, launch_key
         self.max_running_per_team = max_running_per_team
         self.cluster_autoscales = cluster_autoscales
+        self.metrics = metrics
         self._capacity: tuple[float, Capacity | None] | None = None
         """(when it was looked at, what the nodes held: ``None`` if Ray could not say)."""
         self.launch_paused = launch_paused
@@ -72,6 +75,10 @@ class Reconciler:
             except TimeoutError:
                 pass
             self._wake.clear()
+
+    def _count_failure(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.launch_failures.labels(reason).inc()
 
     async def refusal(self, spec: FineTuneSpec) -> str | None:
         """Why ``spec`` can never run on the cluster as it is (``Capacity.refusal``); ``None`` when it can, when
@@ -124,8 +131,10 @@ class Reconciler:
                     else:
                         await self._sync(job)
                 except LaunchRejected as exc:  # this job's own fault: it fails alone, the others go on
+                    self._count_failure("rejected")
                     await self._end(job, JobState.FAILED, f"Ray rejected the submission: {exc}")
                 except RayUnavailable as exc:
+                    self._count_failure("unavailable")
                     reachable = False
                     log.warning("Ray unreachable; job %s stays %s: %s", job.id, job.state.value, exc)
                     break

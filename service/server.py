@@ -29,6 +29,7 @@ from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service import auth
 from service.faults import StoreFaults, StoreHealth
+from service.metrics import ServiceMetrics
 from service.policy import PathPolicy, PolicyDenied
 from service.progress import JobEvents
 from service.reconciler import Reconciler
@@ -55,10 +56,16 @@ KEEPALIVE = [
 
 class FineTuningServicer(pb_grpc.FineTuningServicer):
     def __init__(
-        self, store: AsyncJobStore, events: JobEvents, reconciler: Reconciler, settings: ServiceSettings, policy: PathPolicy
+        self,
+        store: AsyncJobStore,
+        events: JobEvents,
+        reconciler: Reconciler,
+        settings: ServiceSettings,
+        policy: PathPolicy,
+        metrics: ServiceMetrics,
     ):
         self.store, self.events, self.reconciler, self.settings = store, events, reconciler, settings
-        self.policy = policy
+        self.policy, self.metrics = policy, metrics
         self.streams: Counter[str] = Counter()
         """Open WatchJob streams by team."""
         self._protos: OrderedDict[tuple[str, int], pb.JobEvent] = OrderedDict()
@@ -199,18 +206,23 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
                 f"team {team!r} has {self.settings.max_streams_per_team} open watch streams, its limit: close one",
             )
         self.streams[team] += 1
+        self.metrics.streams.labels(team).inc()
+        opened = time.time()
         try:
             async for event in self.events.follow(job.id, request.after_seq):
+                if event.time >= opened:  # live, not the history replayed to a new watcher
+                    self.metrics.stream_lag.observe(max(time.time() - event.time, 0.0))
                 yield self._event_proto(event)
         finally:  # ended, cancelled by the client, or cut off by shutdown
             self.streams[team] -= 1
+            self.metrics.streams.labels(team).dec()
 
 
 class JobReportingServicer(pb_grpc.JobReportingServicer):
     """The narrow path from a running job back into its event log, authenticated per job."""
 
-    def __init__(self, store: AsyncJobStore, events: JobEvents, launch_key: bytes):
-        self.store, self.events, self.launch_key = store, events, launch_key
+    def __init__(self, store: AsyncJobStore, events: JobEvents, launch_key: bytes, metrics: ServiceMetrics):
+        self.store, self.events, self.launch_key, self.metrics = store, events, launch_key, metrics
 
     async def ClaimJob(self, request: pb.ClaimJobRequest, context: grpc.aio.ServicerContext) -> pb.ClaimJobResponse:
         job = await self.store.get(request.job_id) if request.job_id else None
@@ -245,6 +257,8 @@ class JobReportingServicer(pb_grpc.JobReportingServicer):
             stored = await self.events.append_report(job.id, request.report_seq, event.kind, event.data)
         except ReportOutOfOrder as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if stored is not None:
+            self.metrics.report_lag.observe(max(time.time() - event.time, 0.0))
         return pb.ReportResponse(stored=stored is not None)
 
 
@@ -322,14 +336,16 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     names = [pb.DESCRIPTOR.services_by_name[n].full_name for n in ("FineTuning", "JobReporting")]
     store_health = StoreHealth(health_servicer, names)
     options = [*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-    server = grpc.aio.server(options=options, interceptors=[StoreFaults()])
+    metrics = ServiceMetrics(sync_store.count_by_state)
+    interceptors = [metrics.interceptor(), StoreFaults()]  # outermost first: a store fault is counted by its status
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     port = _bind(server, f"{settings.host}:{settings.port}", server_credentials(settings, client_certs=True))
     endpoints, report_port = [server], port  # where JobReporting and health are served
     if settings.tls_client_ca is not None:
         # Mutual TLS admits team clients by certificate; running jobs hold no certificate (a key in Ray's
         # runtime environment would be readable by anyone who reaches the dashboard), so they report on
         # a port of their own: TLS, and the job's token. gRPC asks for client certificates per port.
-        report_server = grpc.aio.server(options=options, interceptors=[StoreFaults()])
+        report_server = grpc.aio.server(options=options, interceptors=interceptors)
         report_port = _bind(report_server, f"{settings.host}:{settings.report_port}", server_credentials(settings, False))
         endpoints.append(report_server)
     servers = list(endpoints)
@@ -358,15 +374,19 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         launch_key=launch_key,
         max_running_per_team=settings.max_running_jobs_per_team,
         cluster_autoscales=settings.cluster_autoscales,
+        metrics=metrics,
     )
-    reporting = JobReportingServicer(store, events, launch_key)
-    pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy), server)
+    reporting = JobReportingServicer(store, events, launch_key, metrics)
+    pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy, metrics), server)
     for each in endpoints:
         pb_grpc.add_JobReportingServicer_to_server(reporting, each)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, each)
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     for each in servers:
         await each.start()
+    if settings.metrics_port is not None:
+        metrics_port = metrics.serve(settings.host, settings.metrics_port)
+        log.info("Prometheus metrics on http://%s:%d/metrics", settings.host, metrics_port)
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     task = asyncio.create_task(reconciler.run_forever(), name="reconciler")

@@ -53,6 +53,9 @@ class ServiceSettings:
     health_port: int | None = None
     """A plaintext port serving only ``grpc.health.v1`` (``RAYFT_HEALTH_PORT``), for probes that cannot speak
     TLS (Kubernetes' gRPC probes cannot). It carries no tokens and no data, so it may listen off loopback."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics over plaintext HTTP on this port (``RAYFT_METRICS_PORT``; 0 picks a free one;
+    unset: none). ``service/metrics.py`` lists the series; they hold counts and team names, never a spec."""
     report_address: str = ""
     """Where running jobs reach this service to report (``RAYFT_REPORT_ADDRESS``); default host:port (or
     host:report_port with mutual TLS)."""
@@ -108,6 +111,7 @@ class ServiceSettings:
             "tls_client_ca": env.get("RAYFT_TLS_CLIENT_CA") or None,
             "report_port": int(env.get("RAYFT_REPORT_PORT", cls.report_port)),
             "health_port": int(env["RAYFT_HEALTH_PORT"]) if env.get("RAYFT_HEALTH_PORT") else None,
+            "metrics_port": int(env["RAYFT_METRICS_PORT"]) if env.get("RAYFT_METRICS_PORT") else None,
             "report_tls_ca": env.get("RAYFT_REPORT_TLS_CA") or None,
             "job_python": env.get("RAYFT_JOB_PYTHON", sys.executable),
             "launch_paused": env.get("RAYFT_LAUNCH_PAUSED", "0") not in ("0", "false", "no", ""),

@@ -114,6 +114,9 @@ class JobStore(Protocol):
 
     def count_active(self, team: str) -> int: ...
 
+    def count_by_state(self) -> dict[tuple[JobState, str], int]:
+        """How many jobs each team has in each state (what the metrics' ``rayft_jobs`` shows)."""
+
     def add_token(self, team: str, token_hash: str, expires_at: float | None = None) -> TokenRecord: ...
 
     def team_for_token(self, token_hash: str) -> str | None:

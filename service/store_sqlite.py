@@ -230,6 +230,11 @@ class SqliteJobStore:
     def count_active(self, team: str) -> int:
         return sum(job.team == team for job in self.active())
 
+    def count_by_state(self) -> dict[tuple[JobState, str], int]:
+        with self._read():
+            rows = self._db.execute("SELECT state, team, COUNT(*) FROM jobs GROUP BY state, team").fetchall()
+        return {(JobState(state), team): count for state, team, count in rows}
+
     # -- events ------------------------------------------------------------------------------
 
     def append_event(self, job_id: str, kind: str, data: dict[str, Any], time: float | None = None) -> EventRecord:

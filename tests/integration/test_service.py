@@ -172,6 +172,60 @@ def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray
     )
 
 
+def scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """Every sample of the service's /metrics: (name, its labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(samples, name, **labels) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_the_metrics_endpoint_shows_a_real_job_moving(ray_cluster, tmp_path, tokens, policy, tiny_spec):
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_METRICS_PORT=str(port)).start()
+    try:
+        client = Client(srv.address, tokens["team-a"])
+        with pytest.raises(grpc.RpcError):
+            client.get("ft-0000000000000000")  # NOT_FOUND: a refused call is counted by its code
+        job = client.submit(tiny_job(tiny_spec, "svc-metrics"))
+        during = None
+        for event in client.watch(job.id):
+            if event.WhichOneof("payload") == "progress" and during is None:
+                during = scrape(port)  # mid-job, with the watch stream open
+        after = scrape(port)
+    finally:
+        srv.stop()
+    assert sample(during, "rayft_watch_streams", team="team-a") == 1 and sample(after, "rayft_watch_streams", team="team-a") == 0
+    assert sample(during, "rayft_jobs", state="RUNNING", team="team-a") == 1
+    assert sample(after, "rayft_jobs", state="SUCCEEDED", team="team-a") == 1
+    assert sample(after, "rayft_jobs", state="RUNNING", team="team-a") == 0
+    assert sample(after, "rayft_rpc_total", method="CreateJob", code="OK") == 1
+    assert sample(after, "rayft_rpc_total", method="GetJob", code="NOT_FOUND") == 1
+    assert sample(after, "rayft_rpc_total", method="ClaimJob", code="OK") == 1
+    reports = (
+        sample(during, "rayft_rpc_total", method="Report", code="OK"),
+        sample(after, "rayft_rpc_total", method="Report", code="OK"),
+    )
+    assert 0 < reports[0] < reports[1], reports
+    assert sample(after, "rayft_rpc_seconds_count", method="Report") == reports[1]
+    assert sample(after, "rayft_report_lag_seconds_count") == reports[1]  # every stored report
+    assert sample(after, "rayft_stream_lag_seconds_count") > sample(during, "rayft_stream_lag_seconds_count") > 0
+
+
 def test_cancel_a_running_job_stops_it_in_ray(server, tokens, tiny_spec, ray_cluster):
     from ray.job_submission import JobSubmissionClient
 

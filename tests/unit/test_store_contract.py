@@ -143,6 +143,11 @@ def test_list_filters_and_pages_newest_first(store):
     assert store.count_active("team-a") == 6
     assert [j.id for j in store.ended_since(time.time() - 60)] == [jobs[0].id]
     assert store.ended_since(time.time() + 60) == []
+    assert store.count_by_state() == {
+        (JobState.QUEUED, "team-a"): 6,
+        (JobState.CANCELLED, "team-a"): 1,
+        (JobState.QUEUED, "team-b"): 1,
+    }
 
 
 def test_a_report_token_is_bound_once_and_a_retry_of_the_same_is_accepted(store):
