@@ -54,11 +54,12 @@ class Best:
         }
 
 
-def snapshot_of(strategy: Any, model: Any, optimizer: Any, rank: int) -> Callable[[], dict[str, Any] | None]:
-    """A callable taking rank 0's CPU copy of the trainable weights (a collective under FSDP)."""
+def snapshot_of(strategy: Any, model: Any, rank: int) -> Callable[[], dict[str, Any] | None]:
+    """A callable taking rank 0's CPU copy of the trainable weights (a collective under FSDP). The optimizer's
+    state is left out: the best adapter is weights only, and AdamW's state is twice their size."""
 
     def take() -> dict[str, Any] | None:
-        weights, _ = strategy.state_dict(model, optimizer)
+        weights = strategy.weights(model)
         return {k: v.detach().to("cpu").clone() for k, v in weights.items()} if rank == 0 else None
 
     return take

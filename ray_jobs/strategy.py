@@ -54,6 +54,9 @@ class Strategy(Protocol):
     def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """Full (unsharded) trainable weights and optimizer state, on the CPU; collective."""
 
+    def weights(self, model: torch.nn.Module) -> dict[str, Any]:
+        """Full trainable weights on the CPU, without the optimizer state (twice the weights in AdamW); collective."""
+
     def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
         """Put saved weights and optimizer state back in place (sharding them again if needed)."""
 
@@ -93,6 +96,9 @@ class Single:
     def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return _full_state_dict(model, optimizer)
 
+    def weights(self, model: torch.nn.Module) -> dict[str, Any]:
+        return _full_weights(model)
+
     def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
         _set_full_state_dict(model, optimizer, weights, optim)
 
@@ -127,6 +133,9 @@ class DDP:
 
     def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return _full_state_dict(model, optimizer)
+
+    def weights(self, model: torch.nn.Module) -> dict[str, Any]:
+        return _full_weights(model)
 
     def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
         _set_full_state_dict(model, optimizer, weights, optim)
@@ -169,6 +178,9 @@ class FSDP2:
 
     def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return _full_state_dict(model, optimizer)  # gathers the shards
+
+    def weights(self, model: torch.nn.Module) -> dict[str, Any]:
+        return _full_weights(model)  # gathers the shards
 
     def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
         _set_full_state_dict(model, optimizer, weights, optim)  # shards them again
@@ -220,6 +232,12 @@ def _full_state_dict(model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, 
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     return get_state_dict(model, optimizer, options=_options(cpu_offload=True))
+
+
+def _full_weights(model: torch.nn.Module) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_options(cpu_offload=True))
 
 
 def _set_full_state_dict(model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:

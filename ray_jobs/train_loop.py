@@ -133,7 +133,7 @@ class _Loop:
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
             scheduler = lr_scheduler(optimizer, train, cfg.total_steps)
-        best, snapshot = Best(train), snapshot_of(strategy, model, optimizer, rank)  # the lowest eval loss's adapter
+        best, snapshot = Best(train), snapshot_of(strategy, model, rank)  # the lowest eval loss's adapter
         with _timed(setup, "resume_s"):
             if resumed:
                 earlier = checkpoint.load(resumed, strategy, model, optimizer, scheduler, cfg.identity)

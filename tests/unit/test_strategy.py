@@ -48,3 +48,17 @@ def test_a_trained_state_survives_state_dict_and_load_with_frozen_weights_left_o
     saved, _ = checkpoint.read(tmp_path, identity)
     strategy.load_state_dict(model, optimizer, saved["model"], saved["optimizer"])
     assert all(torch.equal(model.state_dict()[k], v) for k, v in trained.items())
+
+
+def test_the_best_snapshot_is_the_trainable_weights_alone_and_a_copy():
+    from ray_jobs.best import snapshot_of
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    model[0].weight.requires_grad_(False)
+    strategy = Single()
+    snapshot = snapshot_of(strategy, model, rank=0)()
+    assert set(snapshot) == set(strategy.weights(model)) == {"0.bias", "1.weight", "1.bias"}
+    with torch.no_grad():
+        model[1].weight.add_(1.0)  # training goes on after the snapshot
+    assert not torch.equal(snapshot["1.weight"], model[1].weight), "a copy, not the live parameter"
+    assert snapshot_of(strategy, model, rank=1)() is None, "only rank 0 keeps one"
