@@ -25,17 +25,23 @@ def adapter_dir(path: str | Path) -> Path:
     raise SpecError("adapter", f"{str(path)!r} holds no adapter_config.json; point it at RUN or RUN/adapter")
 
 
+def base_of(adapter: Path, base: str | None = None) -> tuple[str, str]:
+    """``(name, local directory)`` of the adapter's base: ``base``, or the one the adapter names (with its
+    revision), fetched through the model cache (a local directory as it is; ``s3://`` and hub ids cached)."""
+    from ray_jobs.model_cache import fetch_model
+
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    name = base or saved["base_model_name_or_path"]
+    return name, fetch_model(name, None if base else saved.get("revision")).path
+
+
 def load(adapter: Path, base: str | None = None) -> tuple[Any, Any]:
     """``(model, tokenizer)``: the base (``base``, or the one the adapter names) with the adapter, in eval mode."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ray_jobs.model_cache import fetch_model
-
-    saved = json.loads((adapter / "adapter_config.json").read_text())
-    name = base or saved["base_model_name_or_path"]
-    local = fetch_model(name, None if base else saved.get("revision")).path
+    _, local = base_of(adapter, base)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype, device_map={"": device})

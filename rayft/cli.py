@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_cache.add_commands(sub)
 
     p = sub.add_parser("merge", help="fold a LoRA adapter into its base model and save the result")
-    p.add_argument("adapter", help="adapter directory (RUN/adapter)")
+    p.add_argument("adapter", help="adapter directory: RUN or RUN/adapter")
     p.add_argument("--out", required=True, help="directory for the merged model")
     p.add_argument("--base", help="base model (default: the one recorded in adapter_config.json)")
     p.set_defaults(command=cmd_merge)
@@ -192,25 +192,17 @@ def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
-
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    config = Path(args.adapter) / "adapter_config.json"
-    if not config.is_file():
-        raise SpecError("adapter", f"{args.adapter!r} has no adapter_config.json; point it at RUN/adapter")
-    from ray_jobs.model_cache import fetch_model
+    from ray_jobs import generate
 
-    saved = json.loads(config.read_text())
-    base = args.base or saved["base_model_name_or_path"]
-    revision = None if args.base else saved.get("revision")
-    local = fetch_model(base, revision).path  # a local dir as it is; s3:// and hub ids through the model cache
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(local), args.adapter)
+    adapter = generate.adapter_dir(args.adapter)  # RUN or RUN/adapter, as `rayft generate` takes it
+    base, local = generate.base_of(adapter, args.base)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(local), adapter)
     model.merge_and_unload().save_pretrained(args.out)
-    AutoTokenizer.from_pretrained(args.adapter).save_pretrained(args.out)
-    print(f"merged {args.adapter} into {base}: {args.out}")
+    AutoTokenizer.from_pretrained(adapter).save_pretrained(args.out)
+    print(f"merged {adapter} into {base}: {args.out}")
     return 0
 
 
