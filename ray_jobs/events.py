@@ -17,7 +17,7 @@ from typing import Any
 from ray.train import UserCallback
 
 from rayft_contract.events import Event
-from rayft_contract.records import Progress
+from rayft_contract.records import Failure, Progress
 
 
 class ForwardReports(UserCallback):
@@ -32,7 +32,7 @@ class ForwardReports(UserCallback):
 
     def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
         errors = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in worker_exceptions.items()}
-        self.queue.put(Event("failure", {"errors": errors}))
+        self.queue.put(Event("failure", Failure(errors).to_dict()))
 
 
 def fit_while_forwarding(trainer: Any, queue: Any, sink: Callable[[Event], None]) -> Any:

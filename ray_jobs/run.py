@@ -34,7 +34,7 @@ from ray_jobs.profile import JobProfile
 from ray_jobs.summary import summarize
 from ray_jobs.tracking import Trackers
 from rayft_contract.events import Event
-from rayft_contract.records import Caches, Finding, JobSummary, Progress
+from rayft_contract.records import Caches, Finding, JobPhase, JobSummary, Progress
 from rayft_contract.spec import FineTuneSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class _Job:
     def run(self, address: str | None) -> JobResult:
         spec, profile, emit = self.spec, self.profile, self.emit
         self.trackers = Trackers.open(spec, self.staging, self.identity.owner)
-        emit(Event("phase", {"phase": "connect"}))
+        emit(Event("phase", JobPhase("connect").to_dict()))
         with profile.phase("connect"):
             local_ray.connect(address, spec)
             import ray
@@ -124,10 +124,10 @@ class _Job:
             from ray_jobs.model_cache import fetch_model
             from ray_jobs.train_loop import LoopConfig
 
-        emit(Event("phase", {"phase": "model", "detail": f"fetching {spec.model.path}"}))
+        emit(Event("phase", JobPhase("model", f"fetching {spec.model.path}").to_dict()))
         with profile.phase("model_fetch"):
             model = fetch_model(spec.model.path, spec.model.revision)  # the job's one fetch on the driver
-        emit(Event("phase", {"phase": "data", "detail": f"model: {model.describe()}"}))
+        emit(Event("phase", JobPhase("data", f"model: {model.describe()}").to_dict()))
         with profile.phase("data_prepare"):
             prepared = prepare(spec, self.chaos, self.inputs, model)
             total_steps = spec.train.max_steps or _count_steps(spec, prepared)
@@ -145,13 +145,13 @@ class _Job:
         with profile.phase("trainer_setup"):
             queue = Queue()
             trainer = _trainer(spec, loop, prepared.datasets, self.run_dir, queue)
-        emit(Event("phase", {"phase": "training", "total_steps": total_steps, "detail": prepared.cache.describe()}))
+        emit(Event("phase", JobPhase("training", prepared.cache.describe(), total_steps).to_dict()))
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
             profile.fit_start = time.time()
             result = fit_while_forwarding(trainer, queue, self.record)
             profile.fit_end = result.end
-        emit(Event("phase", {"phase": "export"}))
+        emit(Event("phase", JobPhase("export").to_dict()))
         with profile.phase("export"):
             ray.kill(queue.actor)
             if result.error is not None:

@@ -14,6 +14,7 @@ import sys
 
 from ray_jobs.report import ClaimRefused, Reporter, claim, report_tls
 from rayft_contract.events import Event
+from rayft_contract.records import Failure
 
 
 def main() -> int:
@@ -33,7 +34,7 @@ def main() -> int:
         return 0
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:1000]
-        reporter(Event("failure", {"errors": {"job": reason}}))
+        reporter(Event("failure", Failure({"job": reason}).to_dict()))
         logging.exception("job failed")
         return 1
     finally:

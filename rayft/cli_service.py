@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rayft_contract.records import JobSummary
+from rayft_contract.records import JobSummary, StateChange
 from rayft_contract.spec import SpecError
 
 
@@ -247,7 +247,7 @@ def watch(job_id: str, after_seq: int) -> int:
                     continue  # a kind newer than this client: nothing to draw
                 event = event_from_proto(message)
                 if event.kind == "state":
-                    state = event.data["state"]
+                    state = StateChange.from_dict(event.data).state
                 if event.kind == "summary":
                     summary = JobSummary.from_dict(event.data)
                 else:

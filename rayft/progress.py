@@ -11,7 +11,7 @@ from rich.table import Table
 
 from rayft_contract.events import Event
 from rayft_contract.phases import Phase
-from rayft_contract.records import Finding, JobSummary, Progress, SamplesAt
+from rayft_contract.records import Failure, Finding, JobPhase, JobSummary, Progress, SamplesAt, StateChange
 
 PHASES = {
     "connect": "connecting to Ray",
@@ -50,11 +50,12 @@ class ProgressView:
     def __call__(self, event: Event) -> None:
         data = event.data
         if event.kind == "phase":
-            self.stats["phase"] = PHASES.get(data["phase"], data["phase"])
-            if data.get("detail"):
-                self.console.print(f"[dim]{data['detail']}")
-            if "total_steps" in data:
-                self.progress.update(self.task, total=data["total_steps"])
+            phase = JobPhase.from_dict(data)
+            self.stats["phase"] = PHASES.get(phase.phase, phase.phase)
+            if phase.detail:
+                self.console.print(f"[dim]{phase.detail}")
+            if phase.total_steps is not None:
+                self.progress.update(self.task, total=phase.total_steps)
         elif event.kind == "progress":
             report = Progress.from_dict(data)
             self.stats.pop("phase", None)
@@ -65,14 +66,15 @@ class ProgressView:
                 self.stats["eval"] = f"eval {report.eval_loss:.3f}"
             self.progress.update(self.task, completed=report.step, total=report.total_steps or None)
         elif event.kind == "state":
-            self.stats["phase"] = data["state"].lower() + (f": {data['message']}" if data.get("message") else "")
+            change = StateChange.from_dict(data)
+            self.stats["phase"] = change.state.lower() + (f": {change.message}" if change.message else "")
         elif event.kind == "diagnosis":
             finding = Finding.from_dict(data)
             self.console.print(f"[yellow]diagnosis ({finding.kind}): {finding.message}")
-        elif event.kind == "failure" and "job" in data["errors"]:
-            self.console.print(f"[red]job failed: {data['errors']['job']}")
+        elif event.kind == "failure" and (failure := Failure.from_dict(data)).job_error is not None:
+            self.console.print(f"[red]job failed: {failure.job_error}")
         elif event.kind == "failure":
-            errors = "; ".join(f"rank {r}: {e}" for r, e in data["errors"].items())
+            errors = "; ".join(f"rank {r}: {e}" for r, e in Failure.from_dict(data).errors.items())
             self.console.print(f"[yellow]worker failure ({errors}); restarting from the last checkpoint")
         self.progress.update(self.task, stats="  ".join(self.stats.values()))
 

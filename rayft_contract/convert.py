@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from rayft_contract.events import Event, EventKind
-from rayft_contract.records import Finding, Progress
+from rayft_contract.records import Failure, Finding, JobPhase, Progress, StateChange
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.states import JobState
 from rayft_contract.v1 import finetune_pb2 as pb
@@ -76,13 +76,15 @@ def event_to_proto(event: Event, job_id: str = "", seq: int = 0) -> pb.JobEvent:
     message = pb.JobEvent(job_id=job_id, seq=seq, time=event.time)
     data = event.data
     if event.kind == "state":
-        message.state.CopyFrom(pb.StateChange(state=state_to_proto(JobState(data["state"])), message=data.get("message", "")))
+        change = StateChange.from_dict(data)
+        message.state.CopyFrom(pb.StateChange(state=state_to_proto(JobState(change.state)), message=change.message))
     elif event.kind == "progress":
         message.progress.CopyFrom(progress_to_proto(Progress.from_dict(data)))
     elif event.kind == "phase":
-        message.phase.CopyFrom(pb.Phase(phase=data["phase"], detail=data.get("detail", "")))
+        phase = JobPhase.from_dict(data)
+        message.phase.CopyFrom(pb.Phase(phase=phase.phase, detail=phase.detail))
     elif event.kind == "failure":
-        message.failure.CopyFrom(pb.Failure(errors=data["errors"]))
+        message.failure.CopyFrom(pb.Failure(errors=Failure.from_dict(data).errors))
     elif event.kind == "diagnosis":
         finding = Finding.from_dict(data)
         message.diagnosis.CopyFrom(pb.Diagnosis(kind=finding.kind, message=finding.message, cost_s=finding.cost_s))
@@ -97,13 +99,13 @@ def event_from_proto(message: pb.JobEvent) -> Event:
     """The event a ``JobEvent`` carries (raises ``ValueError`` on an empty payload)."""
     kind: EventKind | None = message.WhichOneof("payload")
     if kind == "state":
-        data = {"state": state_from_proto(message.state.state).value, "message": message.state.message}
+        data = StateChange(state_from_proto(message.state.state).value, message.state.message).to_dict()
     elif kind == "progress":
         data = message_to_dict(message.progress) | {"checkpoint": message.progress.checkpoint}
     elif kind == "phase":
-        data = {"phase": message.phase.phase, "detail": message.phase.detail}
+        data = {"phase": message.phase.phase, "detail": message.phase.detail}  # what the wire carries of a JobPhase
     elif kind == "failure":
-        data = {"errors": dict(message.failure.errors)}
+        data = Failure(dict(message.failure.errors)).to_dict()
     elif kind == "diagnosis":
         data = message_to_dict(message.diagnosis)
     elif kind == "summary":

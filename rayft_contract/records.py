@@ -10,6 +10,7 @@ Every record is a frozen dataclass that travels as its :meth:`~Record.to_dict` (
 | :class:`Progress`   | rank 0, at each ``ray.train.report`` (``ray_jobs.train_loop``) | the driver, the trackers, the wire ``Progress`` (``convert``), the CLI |
 | :class:`Finding`    | the diagnosis (``ray_jobs.diagnosis``) | the summary, the wire ``Diagnosis``, the CLI           |
 | :class:`JobSummary` | the driver at the end (``ray_jobs.summary``) | ``summary.json``, the service's ``Job.summary_json``, the CLI, the trackers, the picture |
+| :class:`JobPhase`, :class:`StateChange`, :class:`Failure` | the driver; the service's store; Ray Train's controller | the CLI, the reconciler, the wire |
 
 ``from_dict`` ignores keys it does not know and fills fields that are missing with their defaults, so a
 client reads a summary written by a newer or an older job. A field without a default is required.
@@ -202,6 +203,40 @@ class Progress(Record):
     def trained(self) -> bool:
         """A report of a training step (not the step-0 baseline, not the closing report)."""
         return self.loss is not None
+
+
+# -- the other events' payloads --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPhase(Record):
+    """A ``phase`` event: the job moved on (``queued``, ``connect``, ``model``, ``data``, ``training``, ``export``)."""
+
+    phase: str
+    detail: str = ""
+    """What happened, e.g. ``dataset cache hit ...: 0 bytes downloaded``."""
+    total_steps: int | None = None
+    """With ``training``: the steps the run will take (the job's own view only; not on the wire)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StateChange(Record):
+    """A ``state`` event: the service moved the job to ``state`` (a ``JobState`` value), with why."""
+
+    state: str
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure(Record):
+    """A ``failure`` event: the error of each Ray Train rank that failed (Ray Train restarts from the last
+    checkpoint), or under ``job`` the error that ended the whole job."""
+
+    errors: dict[str, str]
+
+    @property
+    def job_error(self) -> str | None:
+        return self.errors.get("job")
 
 
 # -- the driver's findings and summary -------------------------------------------------------

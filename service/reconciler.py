@@ -14,6 +14,7 @@ import logging
 import time
 from collections import Counter
 
+from rayft_contract.records import Failure
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.states import JobState, TransitionError
 from service import auth
@@ -182,4 +183,4 @@ class Reconciler:
 
     async def _failure_reason(self, job: JobRecord) -> str:
         failures = [e for e in await self.store.events(job.id, max(0, job.last_seq - 50)) if e.kind == "failure"]
-        return "; ".join(failures[-1].data["errors"].values()) if failures else ""
+        return "; ".join(Failure.from_dict(failures[-1].data).errors.values()) if failures else ""

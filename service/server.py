@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from rayft_contract import convert
 from rayft_contract.events import REPORTABLE, Event
+from rayft_contract.records import JobPhase
 from rayft_contract.spec import MAX_SPEC_BYTES, SpecError
 from rayft_contract.states import JobState, TransitionError
 from rayft_contract.v1 import finetune_pb2 as pb
@@ -146,7 +147,7 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
                 f"idempotency_key {request.idempotency_key!r} was used for job {job.id} with another spec",
             )
         if created:
-            await self.events.append(job.id, "phase", {"phase": "queued"})
+            await self.events.append(job.id, "phase", JobPhase("queued").to_dict())
             self.reconciler.wake()
         if not self.reconciler.ray_reachable:  # stored and QUEUED: it launches when Ray is back
             log.info("job %s queued while Ray at %s is unreachable", job.id, self.reconciler.launcher.address)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rayft_contract.records import StateChange
 from rayft_contract.states import JobState, TransitionError
 from service.store import EventRecord, JobRecord, ReportOutOfOrder, StoreError, TokenRecord
 
@@ -145,7 +146,7 @@ class SqliteJobStore:
                     record.request_hash,
                 ),
             )
-            self._append(db, record.id, "state", {"state": JobState.QUEUED.value, "message": ""}, record.created_at)
+            self._append(db, record.id, "state", StateChange(JobState.QUEUED.value).to_dict(), record.created_at)
             return _job(db.execute("SELECT * FROM jobs WHERE id = ?", (record.id,)).fetchone()), True
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -184,7 +185,7 @@ class SqliteJobStore:
                 raise TransitionError(f"job {job_id} is {current.value}; it cannot become {state.value}")
             now = time.time()
             db.execute("UPDATE jobs SET state = ?, message = ?, updated_at = ? WHERE id = ?", (state.value, message, now, job_id))
-            self._append(db, job_id, "state", {"state": state.value, "message": message}, now)
+            self._append(db, job_id, "state", StateChange(state.value, message).to_dict(), now)
             return _job(db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
 
     def update(self, job_id: str, **fields: Any) -> JobRecord:
