@@ -1,4 +1,4 @@
-"""Each injected bottleneck is named, and only it; a healthy run raises no alarm; the phases add up.
+"""Each injected bottleneck is named as the bottleneck; a healthy run raises no alarm; the phases add up.
 
 Every test runs a real job (local Ray, 2 CPU workers, the tiny model) with one slowdown injected
 through ``ray_jobs.chaos`` or the data, then reads the diagnosis from the summary and the events.
@@ -87,7 +87,11 @@ def test_padding_heavy_data_without_packing(ray_cluster, tiny_spec, tmp_path):
                 json.dumps({"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": answer}]}) + "\n"
             )
     summary, events, _ = profiled(tiny_spec, path=str(path), packing=False, max_seq_len=1024)
-    assert kinds(summary) == ["padding"], summary.diagnosis
+    # Unpacked rows of uneven length come in up to 8 shapes (trimmed to a multiple of 128), and a step that
+    # meets a new shape runs slower the first time. How much slower depends on how busy the machine is: in a
+    # fresh-clone CI run beside other work the warm-up rule fired too (1.1 s). So the test asserts the
+    # injected cause, padding, as the bottleneck, and no finding that would be false here.
+    assert kinds(summary)[0] == "padding" and set(kinds(summary)) <= {"padding", "warmup"}, summary.diagnosis
     assert summary.efficiency.padding_frac >= 0.3
     assert "data.packing" in summary.diagnosis[0].message
 
