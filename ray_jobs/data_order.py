@@ -38,12 +38,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rayft_contract.spec import FineTuneSpec
 
 ROW_ID = "row_id"
 """Column added to every row read through an order: the row's index in the split's natural order."""
@@ -224,3 +228,50 @@ def worker_batches(
 def stream_seed(seed: int, epoch: int, rank: int) -> int:
     """Streaming mode's shuffle-buffer seed for one worker's epoch (a new order each epoch)."""
     return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
+
+
+def micro_batches(
+    spec: FineTuneSpec, order: CachedOrder | None, shard: Any, state: Any, device: Any, rank: int, world: int
+) -> Iterator[dict[str, Any]]:
+    """This worker's micro-batches over epochs, from where ``state`` (the loop's ``TrainState``) stands, which
+    it keeps up to date, so a checkpoint records the position and a resume reads on from there. ``order``: the
+    cache's training split; ``None`` streams from ``shard``, Ray Train's ``train`` shard."""
+    import torch
+
+    from ray_jobs.packing import trim_padding
+
+    data = spec.data
+    options = {
+        "prefetch_batches": data.prefetch_batches,
+        "dtypes": torch.long,
+        "device": "cpu",  # the loop copies each micro-batch itself, timed as host-to-device
+        "pin_memory": device.type == "cuda",
+    }
+    if order is not None:
+        batches = worker_batches(order, state.epoch, state.batches_in_epoch, world, rank, spec.train.micro_batch_size, options)
+        for epoch, done, batch in batches:
+            state.epoch, state.batches_in_epoch = epoch, done
+            yield trim_padding(batch)
+        return
+    # Streaming: the tokenizers' output order varies with their timing, so a resume skips the same
+    # number of micro-batches, not the same rows; the buffer's seed changes every epoch.
+    for epoch in itertools.count(state.epoch):
+        seen = 0
+        batches = shard.iter_torch_batches(
+            batch_size=spec.train.micro_batch_size,
+            drop_last=True,
+            local_shuffle_buffer_size=data.shuffle_buffer_rows if data.shuffle else None,
+            local_shuffle_seed=stream_seed(spec.train.seed, epoch, rank) if data.shuffle else None,
+            **options,
+        )
+        for index, batch in enumerate(batches):
+            seen += 1
+            if epoch == state.epoch and index < state.batches_in_epoch:
+                continue
+            state.epoch, state.batches_in_epoch = epoch, index + 1
+            yield trim_padding(batch)
+        if seen == 0:
+            raise RuntimeError(
+                "the training split gave this worker no full micro-batch: add data, or lower train.micro_batch_size or scaling.num_workers"
+            )
+        state.epoch, state.batches_in_epoch = epoch + 1, 0

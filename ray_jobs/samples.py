@@ -20,6 +20,7 @@ from typing import Any
 
 from ray_jobs.template import IGNORE_INDEX
 from rayft_contract.records import Sample
+from rayft_contract.spec import FineTuneSpec
 
 MAX_NEW_TOKENS = 128
 """An answer stops at its end-of-turn token, the reference's length plus 16, or this, whichever comes first."""
@@ -80,3 +81,36 @@ def answer_all(model: Any, tokenizer: Any, prompts: list[Prompt], device: Any, a
     finally:
         model.train(was_training)
     return out
+
+
+@dataclasses.dataclass
+class Answers:
+    """Rank 0's answers to a few held-out prompts at each evaluation: what the training loop calls."""
+
+    spec: FineTuneSpec
+    strategy: Any
+    model: Any
+    device: Any
+    rank: int
+    eval_batches: Any
+    prompts: list[Any] | None = None
+    tokenizer: Any = None
+
+    def take(self) -> tuple[Sample, ...]:
+        """The answers on rank 0 (after an evaluation); none elsewhere, when off, or where one rank cannot run
+        the model alone."""
+        count = self.spec.train.eval_samples
+        if self.rank != 0 or not count or self.eval_batches is None or not self.strategy.one_rank_runs:
+            return ()
+        if self.prompts is None:
+            from transformers import AutoTokenizer
+
+            from ray_jobs.model_cache import fetch_model
+
+            local = fetch_model(self.spec.model.path, self.spec.model.revision, count_hit=False).path
+            self.tokenizer = AutoTokenizer.from_pretrained(local)
+            self.prompts = prompts_of(self.eval_batches, count)
+        from ray_jobs.model import autocast
+
+        module = self.strategy.unwrap(self.model)
+        return tuple(answer_all(module, self.tokenizer, self.prompts, self.device, lambda: autocast(self.spec, self.device)))

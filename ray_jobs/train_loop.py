@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -24,15 +23,15 @@ from ray_jobs import strategy as strategies
 from ray_jobs.best import Best, snapshot_of
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
-from ray_jobs.data_order import ROW_ID, CachedOrder, stream_seed, worker_batches
+from ray_jobs.data_order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.memory import MicroBatches, free_step
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
-from ray_jobs.packing import trim_padding
 from ray_jobs.profile import model_shape, peak_flops
+from ray_jobs.samples import Answers
 from ray_jobs.torch_trace import StepTrace
-from rayft_contract.records import Progress, RunFacts, Sample, SetupTimes
+from rayft_contract.records import Progress, RunFacts, SetupTimes
 from rayft_contract.spec import FineTuneSpec, TrainSpec
 
 log = logging.getLogger(__name__)
@@ -91,7 +90,7 @@ class _Loop:
     eval_batches: EvalBatches | None
     micro: MicroBatches
     facts: RunFacts
-    answers: _Samples
+    answers: Answers
     setup: dict[str, float]
     """This worker's :class:`SetupTimes` so far; sent with the first report after setup, then emptied."""
     meter: StepMeter = dataclasses.field(default_factory=StepMeter)
@@ -120,7 +119,7 @@ class _Loop:
         resumed = ray.train.get_checkpoint()
         state = checkpoint.state_of(resumed) if resumed else TrainState()
         shard = ray.train.get_dataset_shard("train") if cfg.order is None else None
-        batches = _micro_batches(cfg, state, device, rank, world, shard)
+        batches = micro_batches(spec, cfg.order, shard, state, device, rank, world)
         strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
         with _timed(setup, "model_load_s"):
             base = load_base(spec, device, strategy)
@@ -155,7 +154,7 @@ class _Loop:
             **strategies.describe(model, strategy),
         )
         model.train()
-        answers = _Samples(spec, strategy, model, device, rank, eval_batches)
+        answers = Answers(spec, strategy, model, device, rank, eval_batches)
         return cls(
             cfg, rank, world, device, state, batches, strategy, model, optimizer, scheduler, params, best, snapshot,
             eval_batches, micro, facts, answers, setup, StepMeter(device),
@@ -311,41 +310,6 @@ def _forward_backward(
     return loss_sum
 
 
-@dataclasses.dataclass
-class _Samples:
-    """Rank 0's answers to a few held-out prompts at each evaluation (``ray_jobs.samples``)."""
-
-    spec: FineTuneSpec
-    strategy: Any
-    model: Any
-    device: Any
-    rank: int
-    eval_batches: Any
-    prompts: list[Any] | None = None
-    tokenizer: Any = None
-
-    def take(self) -> tuple[Sample, ...]:
-        """The answers on rank 0 (after an evaluation); none elsewhere, when off, or where one rank cannot run
-        the model alone."""
-        count = self.spec.train.eval_samples
-        if self.rank != 0 or not count or self.eval_batches is None or not self.strategy.one_rank_runs:
-            return ()
-        from ray_jobs import samples
-
-        if self.prompts is None:
-            from transformers import AutoTokenizer
-
-            from ray_jobs.model_cache import fetch_model
-
-            local = fetch_model(self.spec.model.path, self.spec.model.revision, count_hit=False).path
-            self.tokenizer = AutoTokenizer.from_pretrained(local)
-            self.prompts = samples.prompts_of(self.eval_batches, count)
-        module = self.strategy.unwrap(self.model)
-        return tuple(
-            samples.answer_all(module, self.tokenizer, self.prompts, self.device, lambda: autocast(self.spec, self.device))
-        )
-
-
 @contextlib.contextmanager
 def _timed(into: dict[str, float], key: str) -> Iterator[None]:
     t0 = time.perf_counter()
@@ -353,52 +317,6 @@ def _timed(into: dict[str, float], key: str) -> Iterator[None]:
         yield
     finally:
         into[key] = time.perf_counter() - t0
-
-
-def _micro_batches(
-    cfg: LoopConfig, state: TrainState, device: Any, rank: int, world: int, shard: Any
-) -> Iterator[dict[str, Any]]:
-    """This worker's micro-batches over epochs, from where ``state`` stands (a resume reads on from there).
-    ``shard``: Ray Train's ``train`` shard when streaming; ``None`` reads the cache through ``cfg.order``."""
-    import torch
-
-    spec, data = cfg.spec, cfg.spec.data
-    options = {
-        "prefetch_batches": data.prefetch_batches,
-        "dtypes": torch.long,
-        "device": "cpu",  # the loop copies each micro-batch itself, timed as host-to-device
-        "pin_memory": device.type == "cuda",
-    }
-    if cfg.order is not None:
-        batches = worker_batches(
-            cfg.order, state.epoch, state.batches_in_epoch, world, rank, spec.train.micro_batch_size, options
-        )
-        for epoch, done, batch in batches:
-            state.epoch, state.batches_in_epoch = epoch, done
-            yield trim_padding(batch)
-        return
-    # Streaming: the tokenizers' output order varies with their timing, so a resume skips the same
-    # number of micro-batches, not the same rows; the buffer's seed changes every epoch.
-    for epoch in itertools.count(state.epoch):
-        seen = 0
-        batches = shard.iter_torch_batches(
-            batch_size=spec.train.micro_batch_size,
-            drop_last=True,
-            local_shuffle_buffer_size=data.shuffle_buffer_rows if data.shuffle else None,
-            local_shuffle_seed=stream_seed(spec.train.seed, epoch, rank) if data.shuffle else None,
-            **options,
-        )
-        for index, batch in enumerate(batches):
-            seen += 1
-            if epoch == state.epoch and index < state.batches_in_epoch:
-                continue
-            state.epoch, state.batches_in_epoch = epoch, index + 1
-            yield trim_padding(batch)
-        if seen == 0:
-            raise RuntimeError(
-                "the training split gave this worker no full micro-batch: add data, or lower train.micro_batch_size or scaling.num_workers"
-            )
-        state.epoch, state.batches_in_epoch = epoch + 1, 0
 
 
 def _count(group: list[dict[str, Any]]) -> Any:
