@@ -1,4 +1,5 @@
-"""Evaluation on the held-out split: the mean loss per answer token, over all workers.
+"""Evaluation on the held-out split: the mean loss per answer token, and the share of answer tokens the
+model predicts exactly (greedy next-token accuracy), over all workers.
 
 Each pass over a Ray Data shard starts a new streaming execution, seconds of fixed cost. The eval
 split is small by design (``data.val_fraction``), so each worker keeps its eval micro-batches in
@@ -13,6 +14,7 @@ or the local cache's node). The first pass was the cost: in ``make demo`` on 2 c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,12 +71,23 @@ def _direct(split: CachedOrder, micro_batch_size: int, rank: int, world: int) ->
     return batches
 
 
-def evaluate(model: Any, batches: EvalBatches, spec: FineTuneSpec, device: Any) -> float:
-    """Mean loss per label token over the whole eval split (all workers)."""
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    loss: float
+    """Mean loss per label token."""
+    token_accuracy: float | None
+    """Share of label tokens whose greedy prediction is right; ``None`` when the model gave no logits."""
+
+
+def evaluate(model: Any, batches: EvalBatches, spec: FineTuneSpec, device: Any) -> Evaluation:
+    """The loss and token accuracy over the whole eval split (all workers).
+
+    The accuracy reads the logits the eval forward already returns (in eval mode the fused linear
+    cross-entropy of ``model.kernels=liger`` computes them too), so it costs one argmax."""
     import torch
 
     model.eval()
-    total = torch.zeros(2, device=device, dtype=torch.float64)
+    total = torch.zeros(4, device=device, dtype=torch.float64)  # loss sum, label tokens, right tokens, counted tokens
     with torch.no_grad():
         for batch in batches:
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
@@ -86,7 +99,14 @@ def evaluate(model: Any, batches: EvalBatches, spec: FineTuneSpec, device: Any) 
                     num_items_in_batch=1,
                     use_cache=False,
                 )
-            total += torch.stack([out.loss.double(), (batch["labels"][:, 1:] != -100).sum().double()])
+            targets = batch["labels"][:, 1:]
+            answer = targets != -100
+            right, counted = torch.zeros((), device=device), torch.zeros((), device=device)
+            if getattr(out, "logits", None) is not None:
+                right = ((out.logits[:, :-1].argmax(-1) == targets) & answer).sum()
+                counted = answer.sum()
+            total += torch.stack([out.loss.double(), answer.sum().double(), right.double(), counted.double()])
     model.train()
     total = all_reduce(total)
-    return float(total[0] / total[1].clamp(min=1))
+    accuracy = float(total[2] / total[3]) if total[3] > 0 else None
+    return Evaluation(float(total[0] / total[1].clamp(min=1)), accuracy)

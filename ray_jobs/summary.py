@@ -27,6 +27,7 @@ def summarize(
     """``reports``: rank 0's progress reports in order (a resumed run repeats the steps after its checkpoint)."""
     trained = [r for r in reports if r.trained]
     evals = [r.eval_loss for r in reports if r.eval_loss is not None]
+    accuracies = [r.eval_token_accuracy for r in reports if r.eval_token_accuracy is not None]
     answered = [r for r in reports if r.eval_samples]
     last = trained[-1] if trained else Progress(0, 0)
     facts = last.facts
@@ -41,6 +42,8 @@ def summarize(
         final_loss=last.loss,
         initial_eval_loss=evals[0] if evals else None,
         eval_loss=evals[-1] if evals else None,
+        initial_eval_token_accuracy=accuracies[0] if accuracies else None,
+        eval_token_accuracy=accuracies[-1] if accuracies else None,
         best_step=last.best_step,
         best_eval_loss=last.best_eval_loss,
         stopped_early=last.stopped_early,

@@ -27,6 +27,7 @@ from rayft_contract.spec import FineTuneSpec
 SCALARS = (
     "loss",
     "eval_loss",
+    "eval_token_accuracy",
     "learning_rate",
     "tokens_per_s",
     "samples_per_s",
@@ -119,6 +120,7 @@ class _MlflowRun:
                 "wall_time_s": summary.wall_time_s,
                 "time_to_first_step_s": summary.time_to_first_step_s,
                 "final_eval_loss": summary.eval_loss,
+                "final_eval_token_accuracy": summary.eval_token_accuracy,
             }
             self.log({k: float(v) for k, v in final.items() if v is not None}, summary.steps)
         self.client.set_terminated(self.run_id, "FINISHED" if summary is not None else "FAILED")

@@ -170,9 +170,14 @@ class _Loop:
             import ray.train
 
             with _timed(self.setup, "first_eval_s"):
-                eval_loss = evaluate(self.model, self.eval_batches, self.cfg.spec, self.device)
+                result = evaluate(self.model, self.eval_batches, self.cfg.spec, self.device)
                 report = Progress(
-                    0, self.cfg.total_steps, eval_loss=eval_loss, facts=self.facts, eval_samples=self.answers.take()
+                    0,
+                    self.cfg.total_steps,
+                    eval_loss=result.loss,
+                    eval_token_accuracy=result.token_accuracy,
+                    facts=self.facts,
+                    eval_samples=self.answers.take(),
                 )
                 ray.train.report(report.to_dict())
         self.setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
@@ -225,9 +230,10 @@ class _Loop:
         found: dict[str, Any] = {}
         if cfg.has_eval and ((train.eval_every and state.step % train.eval_every == 0) or at_end):
             with meter.phase("eval"):
-                eval_loss = cfg.chaos.eval_loss(state.step, evaluate(self.model, self.eval_batches, cfg.spec, self.device))
+                result = evaluate(self.model, self.eval_batches, cfg.spec, self.device)
+                eval_loss = cfg.chaos.eval_loss(state.step, result.loss)
                 self.stopped = self.best.judge(state, eval_loss, self.snapshot) and not at_end  # early stopping
-                found.update(eval_loss=eval_loss, eval_samples=self.answers.take())
+                found.update(eval_loss=eval_loss, eval_token_accuracy=result.token_accuracy, eval_samples=self.answers.take())
         last = at_end or self.stopped
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:

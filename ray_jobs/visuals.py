@@ -48,7 +48,14 @@ def write_png(reports: list[Progress], summary: JobSummary, path: Path) -> None:
     if evals:
         loss_ax.plot(*zip(*evals), "o-", label="eval loss")
     loss_ax.set(ylabel="loss", title=f"{summary.name}: {summary.verdict}"[:110])
-    loss_ax.legend()
+    handles, labels = loss_ax.get_legend_handles_labels()
+    accuracy = [(r.step, r.eval_token_accuracy) for r in reports if r.eval_token_accuracy is not None]
+    if accuracy:  # on its own axis: a share, not a loss
+        accuracy_ax = loss_ax.twinx()
+        (line,) = accuracy_ax.plot(*zip(*accuracy), "s--", color="#43a047", label="eval token accuracy")
+        accuracy_ax.set(ylabel="eval token accuracy", ylim=(0, 1))
+        handles, labels = [*handles, line], [*labels, line.get_label()]
+    loss_ax.legend(handles, labels)
     steps = [s for r in reports for s in r.step_timing]
     speed = [(s.step, s.tokens / max(s.training_wall, 1e-9)) for s in steps]
     if speed:

@@ -63,7 +63,10 @@ class ProgressView:
                 self.stats["loss"] = f"loss {report.loss:.3f}"
                 self.stats["tps"] = f"{_fmt(report.tokens_per_s, ',.0f')} tok/s"
             if report.eval_loss is not None:
-                self.stats["eval"] = f"eval {report.eval_loss:.3f}"
+                accuracy = (
+                    f" ({report.eval_token_accuracy:.0%} of tokens right)" if report.eval_token_accuracy is not None else ""
+                )
+                self.stats["eval"] = f"eval {report.eval_loss:.3f}{accuracy}"
             self.progress.update(self.task, completed=report.step, total=report.total_steps or None)
         elif event.kind == "state":
             change = StateChange.from_dict(data)
@@ -85,6 +88,7 @@ class ProgressView:
             ("trained tokens", f"{summary.tokens:,}"),
             ("train loss (last)", _fmt(summary.final_loss)),
             ("eval loss (start -> end)", f"{_fmt(summary.initial_eval_loss)} -> {_fmt(summary.eval_loss)}"),
+            *_accuracy_rows(summary),
             ("wall time", f"{summary.wall_time_s:.1f} s"),
             ("time to first step", f"{_fmt(summary.time_to_first_step_s, '.1f')} s"),
             ("tokens/s (steady state)", _fmt(summary.steady_tokens_per_s, ",.0f")),
@@ -152,6 +156,13 @@ def _efficiency_rows(summary: JobSummary) -> list[tuple[str, str]]:
     if summary.micro_batch:
         rows.append(("micro-batch", summary.micro_batch))
     return rows
+
+
+def _accuracy_rows(summary: JobSummary) -> list[tuple[str, str]]:
+    if summary.eval_token_accuracy is None:
+        return []
+    start = f"{summary.initial_eval_token_accuracy:.1%}" if summary.initial_eval_token_accuracy is not None else "-"
+    return [("eval token accuracy (start -> end)", f"{start} -> {summary.eval_token_accuracy:.1%}")]
 
 
 def _best_rows(summary: JobSummary) -> list[tuple[str, str]]:

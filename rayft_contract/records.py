@@ -177,6 +177,9 @@ class Progress(Record):
     samples: int = 0
     time_to_first_step_s: float | None = None
     eval_loss: float | None = None
+    eval_token_accuracy: float | None = None
+    """At an evaluation: the share of the eval split's answer tokens that the model's greedy next-token
+    prediction gets exactly right (``None`` when the model returns no logits)."""
     eval_samples: tuple[Sample, ...] = ()
     checkpoint: bool = False
     """A checkpoint was saved at this step."""
@@ -390,6 +393,8 @@ class JobSummary(Record):
     final_loss: float | None = None
     initial_eval_loss: float | None = None
     eval_loss: float | None = None
+    initial_eval_token_accuracy: float | None = None
+    eval_token_accuracy: float | None = None
     best_step: int | None = None
     """The step whose adapter was exported (the lowest eval loss), when evaluation ran."""
     best_eval_loss: float | None = None

@@ -302,7 +302,7 @@ class StateChange(_message.Message):
     def __init__(self, state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("step", "total_steps", "epoch", "loss", "eval_loss", "learning_rate", "tokens_per_s", "samples_per_s", "eta_s", "gpu_mem_peak_gb", "checkpoint")
+    __slots__ = ("step", "total_steps", "epoch", "loss", "eval_loss", "learning_rate", "tokens_per_s", "samples_per_s", "eta_s", "gpu_mem_peak_gb", "checkpoint", "eval_token_accuracy")
     STEP_FIELD_NUMBER: _ClassVar[int]
     TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -314,6 +314,7 @@ class Progress(_message.Message):
     ETA_S_FIELD_NUMBER: _ClassVar[int]
     GPU_MEM_PEAK_GB_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    EVAL_TOKEN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     step: int
     total_steps: int
     epoch: int
@@ -325,7 +326,8 @@ class Progress(_message.Message):
     eta_s: float
     gpu_mem_peak_gb: float
     checkpoint: bool
-    def __init__(self, step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., samples_per_s: _Optional[float] = ..., eta_s: _Optional[float] = ..., gpu_mem_peak_gb: _Optional[float] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
+    eval_token_accuracy: float
+    def __init__(self, step: _Optional[int] = ..., total_steps: _Optional[int] = ..., epoch: _Optional[int] = ..., loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., samples_per_s: _Optional[float] = ..., eta_s: _Optional[float] = ..., gpu_mem_peak_gb: _Optional[float] = ..., checkpoint: _Optional[bool] = ..., eval_token_accuracy: _Optional[float] = ...) -> None: ...
 
 class Phase(_message.Message):
     __slots__ = ("phase", "detail")

@@ -43,4 +43,6 @@ def test_tensorboard_is_live_and_mlflow_has_the_jobs_metrics_and_parameters(ray_
     losses = client.get_metric_history(found.info.run_id, "loss")
     assert [m.step for m in losses] == list(summary.reported_steps)
     assert [m.step for m in client.get_metric_history(found.info.run_id, "eval_loss")] == [0, 10, 20]
+    accuracy = client.get_metric_history(found.info.run_id, "eval_token_accuracy")
+    assert [m.step for m in accuracy] == [0, 10, 20] and all(0 <= m.value <= 1 for m in accuracy)
     assert found.data.metrics["steady_tokens_per_s"] == pytest.approx(summary.steady_tokens_per_s)

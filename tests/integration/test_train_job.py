@@ -57,6 +57,7 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     assert "slow_eval" not in [f.kind for f in summary.diagnosis]
     assert summary.steps == tiny_spec.train.max_steps
     assert summary.eval_loss < 0.5 * summary.initial_eval_loss, summary
+    assert 0 <= summary.initial_eval_token_accuracy < summary.eval_token_accuracy <= 1, summary  # it learned the answers
     # At each evaluation (0, 30, 60) rank 0 answered 3 held-out prompts; the answers moved with training.
     lines = [json.loads(x) for x in (result.local_dir / "samples.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 0, 0, 30, 30, 30, 60, 60, 60]
