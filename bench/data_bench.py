@@ -121,8 +121,8 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     epoch_read_s = time.perf_counter() - start
     rows = prepared.cache.rows_tokenized
     start = time.perf_counter()
-    files = data_inputs(spec).files  # listed with sizes, so a large file is read in ranges as in a job
-    tokenize(spec.data, files, "chat", spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
+    inputs = data_inputs(spec)  # listed with sizes, so a large file is read in ranges as in a job
+    tokenize(spec.data, inputs, spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
     only = time.perf_counter() - start
     return {
         "workers": workers,

@@ -5,7 +5,9 @@
 The tokenizer lives in a callable class, so each actor loads it once and keeps it. Every record is
 parsed and checked there: a bad one is counted by kind in the job's :class:`RowLedger` (see
 ``ray_jobs.quality``), never dropped silently. Rows go to the train or eval split by a stable hash
-of the record, so the split is the same in every run and on every worker.
+of the record, so the split is the same in every run and on every worker; with ``data.val_path`` the
+eval split is that set's rows (read with the others, in its own format), and every row of
+``data.path`` trains.
 
 ``data.cache`` on (the default): :func:`datasets_for` tokenizes the whole dataset once, in parallel
 on every free CPU, into the content-addressed cache (``ray_jobs.dataset_cache``); training reads
@@ -31,13 +33,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import ray.data
 
+    from ray_jobs.preflight import DataInputs
+
 Split = Literal["train", "eval"]
 TOKEN_COLUMNS = ["input_ids", "labels", "position_ids", "num_tokens", "num_examples", "num_truncated"]
 
 
 def resolve_format(data: DataSpec, files: Files) -> str:
     """The spec's format, or the one detected from the columns of ``files``' first row (raises with the
-    columns found)."""
+    columns found). A validation set (``data.val_path``) is detected on its own."""
     if data.format != "auto":
         return data.format
     try:
@@ -45,7 +49,7 @@ def resolve_format(data: DataSpec, files: Files) -> str:
     except ValueError as exc:
         if isinstance(exc, SpecError):
             raise
-        raise SpecError("data.format", str(exc)) from None
+        raise SpecError("data.format" if files.field == "data.path" else files.field, str(exc)) from None
 
 
 def in_eval_split(record: str, val_fraction: float) -> bool:
@@ -66,7 +70,11 @@ class TokenizeAndPack:
         splits: tuple[Split, ...],
         ledger: Any,
         chaos: Chaos = NO_CHAOS,
+        val_from: int | None = None,
+        val_fmt: str | None = None,
     ):
+        """``val_from``: with ``data.val_path``, the index of its first file; rows of files from there on are
+        the eval split, in format ``val_fmt``, and every other row trains."""
         from transformers import AutoTokenizer
 
         from ray_jobs.model_cache import fetch_model
@@ -77,6 +85,7 @@ class TokenizeAndPack:
         self.encoder = ChatEncoder(tokenizer, data.chat_template, data.train_on_completions_only)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
         self.data, self.fmt, self.splits, self.ledger, self.chaos = data, fmt, splits, ledger, chaos
+        self.val_from, self.val_fmt = val_from, val_fmt
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
         import ray
@@ -86,12 +95,18 @@ class TokenizeAndPack:
         examples: dict[str, list[Example]] = {split: [] for split in self.splits}
         columns = ("source", "file", "piece", "line", "record")
         for source, file, piece, line, record in zip(*(batch.column(c).to_pylist() for c in columns)):
-            split = "eval" if in_eval_split(record, self.data.val_fraction) else "train"
+            if self.val_from is None:
+                held_out = in_eval_split(record, self.data.val_fraction)
+            else:
+                held_out = file >= self.val_from
+            split = "eval" if held_out else "train"
             if split not in examples:
                 continue
             report.rows += 1
             try:
-                examples[split].append(self.encode(record, report))
+                examples[split].append(
+                    self.encode(record, report, self.val_fmt if self.val_from is not None and held_out else self.fmt)
+                )
             except BadRow as bad:
                 report.record(bad, source, file, piece, line)
         if ray.get(self.ledger.add.remote(report)):  # streaming: fail as soon as the share is clearly too high
@@ -99,8 +114,10 @@ class TokenizeAndPack:
         parts = [self._pack(split, rows) for split, rows in examples.items()]
         return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
 
-    def encode(self, record: str, report: QualityReport) -> Example:
-        """One record -> ``(input_ids, labels)``; raises :class:`BadRow` with the kind and the reason."""
+    def encode(self, record: str, report: QualityReport, fmt: str | None = None) -> Example:
+        """One record (in format ``fmt``, default the data's) -> ``(input_ids, labels)``; raises :class:`BadRow`
+        with the kind and the reason."""
+        fmt = fmt or self.fmt
         try:
             row = json.loads(record)
         except ValueError as exc:
@@ -108,13 +125,13 @@ class TokenizeAndPack:
         if not isinstance(row, dict):
             raise BadRow("unparsable", f"a JSON {type(row).__name__}, not an object")
         try:
-            if self.fmt == "text":
+            if fmt == "text":
                 text = to_text(row)
                 if not text.strip():
                     raise BadRow("empty_completion", "empty text")
                 ids, labels = self.encoder.encode_text(text)
             else:
-                turns = to_turns(row, self.fmt)
+                turns = to_turns(row, fmt)
                 if not any(t.role == "assistant" and t.content.strip() for t in turns):
                     raise BadRow("empty_completion", "no non-empty assistant answer to train on")
                 ids, labels = self.encoder.encode_turns(turns)
@@ -134,31 +151,39 @@ class TokenizeAndPack:
 
 def tokenize(
     data: DataSpec,
-    files: Files,
-    fmt: str,
+    inputs: DataInputs,
     model_path: str,
     revision: str | None,
     splits: tuple[Split, ...],
     ledger: Any,
     chaos: Chaos = NO_CHAOS,
 ) -> ray.data.Dataset:
-    """The records of ``splits`` (rows in format ``fmt``, see :func:`resolve_format`) as a lazy, streaming
-    dataset of packed rows."""
+    """The records of ``splits`` (``inputs``: the files and their formats, see :func:`resolve_format`) as a
+    lazy, streaming dataset of packed rows. With a validation set, only the files a split needs are read."""
     import ray.data
 
+    val = inputs.val
+    parts = []
+    if val is None or "train" in splits:
+        parts.append(read_records(inputs.files, data.path, ledger))
+    if val is not None and "eval" in splits:
+        parts.append(read_records(val.files, data.val_path, ledger))
     # Records arrive in the reading tasks' blocks (``ray_jobs.sources``); cut them into tokenizer-sized blocks
     # so that every actor gets work and each packed batch streams on as soon as it is ready.
-    records = read_records(files, data.path, ledger).repartition(target_num_rows_per_block=data.tokenize_batch_size)
+    records = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
+    records = records.repartition(target_num_rows_per_block=data.tokenize_batch_size)
     return records.map_batches(
         TokenizeAndPack,
         fn_constructor_kwargs={
             "model_path": model_path,
             "revision": revision,
             "data": data,
-            "fmt": fmt,
+            "fmt": inputs.format,
             "splits": splits,
             "ledger": ledger,
             "chaos": chaos,
+            "val_from": val.files.first_index if val is not None else None,
+            "val_fmt": val.format if val is not None else None,
         },
         batch_format="pyarrow",
         batch_size=data.tokenize_batch_size,

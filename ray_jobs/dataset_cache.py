@@ -3,7 +3,8 @@
 The key of an entry hashes everything that changes the tokens: each source file's path, size and
 modification time; the format; the tokenizer's files (``tokenizer.json``, its config, ...); the chat
 template; ``max_seq_len``, ``overlong``, packing, masking, ``val_fraction`` and the tokenization
-batch size (packing is per batch); and ``CACHE_VERSION``, bumped whenever the pipeline's output
+batch size (packing is per batch); a validation set's files and format (``data.val_path``); and
+``CACHE_VERSION``, bumped whenever the pipeline's output
 changes. Any change makes a new entry; an unchanged job reads the entry's Parquet shards and
 downloads and tokenizes nothing.
 
@@ -78,15 +79,12 @@ def prepare(
 
     ``inputs`` and ``model``: what the driver already looked up (``ray_jobs.preflight.check``, its one
     ``fetch_model``); looked up here when absent."""
-    data, splits = spec.data, ("train", "eval") if spec.data.val_fraction > 0 else ("train",)
+    data, splits = spec.data, ("train", "eval") if spec.data.held_out else ("train",)
     start = time.perf_counter()
     inputs = inputs or data_inputs(spec)
     if not data.cache:
         ledger = new_ledger(data, fail_early=True)
-        datasets = {
-            s: tokenize(data, inputs.files, inputs.format, spec.model.path, spec.model.revision, (s,), ledger, chaos)
-            for s in splits
-        }
+        datasets = {s: tokenize(data, inputs, spec.model.path, spec.model.revision, (s,), ledger, chaos) for s in splits}
         datasets = {s: ds.select_columns(TOKEN_COLUMNS) for s, ds in datasets.items()}
         if "eval" in datasets:
             datasets["eval"] = datasets["eval"].materialize()
@@ -141,6 +139,8 @@ def dataset_key(spec: FineTuneSpec, inputs: DataInputs | None = None, model: Fet
         "tokenizer": tokenizer_fingerprint(model.path),
         **{f: getattr(data, f) for f in _TOKEN_FIELDS},
     }
+    if inputs.val is not None:  # only then: entries made before val_path existed keep their keys
+        parts.update(val_sources=[list(s) for s in inputs.val.identity], val_format=inputs.val.format)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24], parts
 
 
@@ -174,7 +174,7 @@ def _fill(
     ledger = new_ledger(data, fail_early=False)
     payload = cache.new_payload(entry)
     try:
-        tokens = tokenize(data, inputs.files, inputs.format, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
+        tokens = tokenize(data, inputs, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
         # Rows leave the tokenizer pool in the data's order, so the entry's own order is the data's: what
         # data.shuffle=false trains on (a curriculum), and the same entry whatever the actors' timing.
         tokens.context.execution_options.preserve_order = True
@@ -192,7 +192,8 @@ def _fill(
     finally:
         ray.kill(ledger)
     meta = {
-        "description": f"{data.path} ({parts['format']}, {data.max_seq_len} tokens, packing={data.packing})",
+        "description": f"{data.path}{f' (validation: {data.val_path})' if data.val_path else ''} "
+        f"({parts['format']}, {data.max_seq_len} tokens, packing={data.packing})",
         "key_parts": parts,
         "source_bytes": inputs.bytes,
         "quality": report.to_dict(),

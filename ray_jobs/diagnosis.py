@@ -112,7 +112,12 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
             Finding(
                 "slow_eval",
                 f"evaluation takes {evals / wall:.0%} of wall time ({count} passes, {evals / max(count, 1):.1f} s each): raise "
-                f"train.eval_every (now {spec.train.eval_every}) or lower data.val_fraction (now {spec.data.val_fraction})",
+                f"train.eval_every (now {spec.train.eval_every}) or "
+                + (
+                    "use a smaller data.val_path set"
+                    if spec.data.val_path
+                    else f"lower data.val_fraction (now {spec.data.val_fraction})"
+                ),
                 evals,
             )
         )

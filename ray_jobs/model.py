@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from rayft_contract.spec import FineTuneSpec
+from rayft_contract.spec import FineTuneSpec, LoraSpec
 
 if TYPE_CHECKING:
     import torch
@@ -114,3 +114,17 @@ def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
         total += n
         trainable += n if param.requires_grad else 0
     return trainable, total
+
+
+def serving_notes(lora: LoraSpec) -> tuple[str, ...]:
+    """What keeps the adapter from loading as it is where adapters are served.
+
+    vLLM loads LoRA adapters only without ``modules_to_save``: it refuses one that has them ("vLLM only
+    supports modules_to_save being None", vLLM 0.10; earlier, "lm_head.weight is unsupported LoRA weight").
+    PEFT and ``rayft generate`` load it; the merged model (``rayft merge``) serves anywhere."""
+    if not lora.modules_to_save:
+        return ()
+    return (
+        f"lora.modules_to_save ({', '.join(lora.modules_to_save)}) makes an adapter vLLM refuses to load: serve the "
+        "merged model (rayft merge RUN), or train without lora.modules_to_save",
+    )

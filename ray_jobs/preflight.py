@@ -20,17 +20,19 @@ from rayft_contract.spec import FineTuneSpec, SpecError
 
 @dataclasses.dataclass(frozen=True)
 class DataInputs:
-    """What ``data.path`` names, looked up once on the driver."""
+    """What ``data.path`` names (and ``data.val_path``, in ``val``), looked up once on the driver."""
 
     files: Files
     format: str
     """The spec's format, or the one detected from the first row."""
     identity: tuple[tuple[str, int, int], ...]
     """``(path, size, mtime_ns)`` of every file: what the dataset cache keys on, and what a read downloads."""
+    val: DataInputs | None = None
+    """``data.val_path``'s files and format, when it is set (its files indexed after these)."""
 
     @property
     def bytes(self) -> int:
-        return sum(size for _, size, _ in self.identity)
+        return sum(size for _, size, _ in self.identity) + (self.val.bytes if self.val else 0)
 
 
 def check(spec: FineTuneSpec) -> DataInputs:
@@ -40,7 +42,14 @@ def check(spec: FineTuneSpec) -> DataInputs:
 
 
 def data_inputs(spec: FineTuneSpec) -> DataInputs:
-    files = data_files(spec.data.path)
+    train = _inputs(spec, data_files(spec.data.path))
+    if not spec.data.val_path:
+        return train
+    val_files = dataclasses.replace(data_files(spec.data.val_path, "data.val_path"), first_index=len(train.files.paths))
+    return dataclasses.replace(train, val=_inputs(spec, val_files))
+
+
+def _inputs(spec: FineTuneSpec, files: Files) -> DataInputs:
     identity = tuple(files.identity())
     files = dataclasses.replace(files, sizes=tuple(size for _, size, _ in identity))  # what cuts large files into pieces
     return DataInputs(files, resolve_format(spec.data, files), identity)

@@ -38,6 +38,12 @@ from rayft_contract.records import Caches, Finding, JobPhase, JobSummary, Progre
 from rayft_contract.spec import FineTuneSpec, SpecError
 
 log = logging.getLogger(__name__)
+
+LIVE_FILES = ("metrics.jsonl", "samples.jsonl", "tensorboard")
+"""What an ``s3://`` run directory holds while its job runs; the rest arrives when the job ends."""
+LIVE_COPY_S = 30.0
+"""How often, at most, those are copied up to an ``s3://`` run directory, besides at every checkpoint:
+S3 has no append, so each copy rewrites the objects."""
 EventSink = Callable[[Event], None]
 
 
@@ -108,7 +114,9 @@ class _Job:
     restarts: int = 0
     diagnosed: set[str] = dataclasses.field(default_factory=set)
     trackers: Trackers | None = None
-    """TensorBoard (always) and MLflow (``tracking.mlflow``), fed as events arrive; closed with the summary."""
+    """TensorBoard (always), MLflow and W&B (``tracking``), fed as events arrive; closed with the summary."""
+    live_copied: float = 0.0
+    """When the live files were last copied to an ``s3://`` run directory (``time.monotonic``)."""
 
     def run(self, address: str | None) -> JobResult:
         spec, profile, emit = self.spec, self.profile, self.emit
@@ -175,17 +183,33 @@ class _Job:
         emit(Event("summary", summary.to_dict()))
         return JobResult(self.run_dir.uri, adapter_uri, summary, self.staging if self.run_dir.is_local else None)
 
+    def _copy_live(self, now: bool) -> None:
+        """An ``s3://`` run's live files, copied up at most every :data:`LIVE_COPY_S` (and ``now``), so a
+        remote run directory follows the job as a local one does. A failed copy is retried at the next; the
+        upload when the job ends has everything."""
+        if self.run_dir.is_local or (not now and time.monotonic() - self.live_copied < LIVE_COPY_S):
+            return
+        self.live_copied = time.monotonic()
+        for name in LIVE_FILES:
+            if (self.staging / name).exists():
+                try:
+                    self.run_dir.child(name).upload(self.staging / name)
+                except OSError as exc:
+                    log.warning("live copy of %s to %s failed (retried at the next report): %s", name, self.run_dir.uri, exc)
+
     def record(self, event: Event) -> None:
         """Log, profile and pass on one event from the trainer; name a bottleneck as soon as it shows."""
         self.history.append(event.to_dict())
         self.metrics_log.write(json.dumps(self.history[-1]) + "\n")
         self.metrics_log.flush()
         self.restarts += event.kind == "failure"
+        report = Progress.from_dict(event.data) if event.kind in ("progress", "timing") else None
+        if report is not None:
+            self._copy_live(now=report.checkpoint)  # before the event goes on: what a watcher hears of is there
         if event.kind != "timing":  # the closing step records are for the profile only
             self.emit(event)
-        if event.kind not in ("progress", "timing"):
+        if report is None:
             return
-        report = Progress.from_dict(event.data)
         self.reports.append(report)
         if self.trackers is not None:
             self.trackers.add(report)

@@ -47,6 +47,11 @@ class Files:
     sizes: tuple[int, ...] | None = None
     """Each file's size in bytes, once listed (``ray_jobs.preflight.data_inputs``): what cuts large files into
     pieces. ``None``: every file is read by one task."""
+    field: str = "data.path"
+    """The spec field that names these files (``data.val_path`` for a validation set), for errors."""
+    first_index: int = 0
+    """The first file's index among all the job's files: a validation set's files come after the training
+    files, so that every bad row has its own file index (``ray_jobs.quality``)."""
 
     @property
     def reader(self) -> str:
@@ -67,21 +72,20 @@ def file_type(path: str) -> str:
     return suffix if suffix in READERS else ""
 
 
-def data_files(path: str) -> Files:
-    """List the readable files of a file, a directory (recursively), a glob or an ``s3://`` prefix."""
+def data_files(path: str, field: str = "data.path") -> Files:
+    """List the readable files of a file, a directory (recursively), a glob or an ``s3://`` prefix. ``field``:
+    the spec field that named ``path``, for the errors."""
     import pyarrow.fs as pafs
 
     from ray_jobs.storage import s3_filesystem
 
     kinds = ", ".join(READERS) + " (optionally " + "/".join(COMPRESSIONS) + ")"
     if path.startswith(HUB_PREFIX):
-        return data_files(hub_dataset_dir(path))
+        return data_files(hub_dataset_dir(path, field), field)
     if path.startswith("s3://"):
         fs, root = s3_filesystem(), path[len("s3://") :].rstrip("/")
     elif "://" in path:
-        raise SpecError(
-            "data.path", f"{path!r}: unsupported scheme; use a local path, s3://bucket/prefix or hf://datasets/org/name"
-        )
+        raise SpecError(field, f"{path!r}: unsupported scheme; use a local path, s3://bucket/prefix or hf://datasets/org/name")
     else:
         fs, root = (
             pafs.LocalFileSystem(),
@@ -94,13 +98,13 @@ def data_files(path: str) -> Files:
     try:
         info = fs.get_file_info(root)
     except OSError as exc:
-        raise SpecError("data.path", f"cannot read {path!r}: {exc}") from None
+        raise SpecError(field, f"cannot read {path!r}: {exc}") from None
     if info.type == pafs.FileType.File:
         if not file_type(root):
-            raise SpecError("data.path", f"{path!r}: unsupported file type; use {kinds}")
-        return Files(fs, [root])
+            raise SpecError(field, f"{path!r}: unsupported file type; use {kinds}")
+        return Files(fs, [root], field=field)
     if info.type == pafs.FileType.NotFound:
-        raise SpecError("data.path", f"dataset file {path!r} does not exist; check the path")
+        raise SpecError(field, f"dataset file {path!r} does not exist; check the path")
     found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     paths = sorted(
         f.path
@@ -108,24 +112,22 @@ def data_files(path: str) -> Files:
         if f.type == pafs.FileType.File and file_type(f.path) and (pattern is None or fnmatch.fnmatch(f.path, pattern))
     )
     if not paths:
-        raise SpecError("data.path", f"{path!r} holds no {kinds} files")
+        raise SpecError(field, f"{path!r} holds no {kinds} files")
     types = {READERS[file_type(p)] for p in paths}
     if len(types) > 1:
-        raise SpecError("data.path", f"{path!r} mixes file types {sorted(types)}; point it at one kind")
-    return Files(fs, paths)
+        raise SpecError(field, f"{path!r} mixes file types {sorted(types)}; point it at one kind")
+    return Files(fs, paths, field=field)
 
 
-def hub_dataset_dir(path: str) -> str:
+def hub_dataset_dir(path: str, field: str = "data.path") -> str:
     """``hf://datasets/org/name[@revision][/sub/path]`` -> that path inside the repo's local snapshot."""
     from ray_jobs.model_cache import hub_snapshot
 
     parts = path[len(HUB_PREFIX) :].split("/")
     if len(parts) < 2 or not all(parts[:2]):
-        raise SpecError(
-            "data.path", f"{path!r}: a hub dataset is hf://datasets/org/name (optionally @revision and a path inside)"
-        )
+        raise SpecError(field, f"{path!r}: a hub dataset is hf://datasets/org/name (optionally @revision and a path inside)")
     name, _, revision = parts[1].partition("@")
-    snapshot, _ = hub_snapshot(f"{parts[0]}/{name}", revision or None, "dataset", "data.path")
+    snapshot, _ = hub_snapshot(f"{parts[0]}/{name}", revision or None, "dataset", field)
     return str(Path(snapshot, *parts[2:]))
 
 
@@ -145,9 +147,9 @@ def peek_columns(files: Files) -> list[str]:
     try:
         row = json.loads(head.splitlines()[0]) if not head.startswith("[") else _first_of_array(files, first)
     except (ValueError, IndexError) as exc:
-        raise SpecError("data.path", f"{first!r}: the first row is not valid JSON ({exc})") from None
+        raise SpecError(files.field, f"{first!r}: the first row is not valid JSON ({exc})") from None
     if not isinstance(row, dict):
-        raise SpecError("data.path", f"{first!r}: rows must be JSON objects, got {type(row).__name__}")
+        raise SpecError(files.field, f"{first!r}: rows must be JSON objects, got {type(row).__name__}")
     return list(row)
 
 
@@ -170,8 +172,8 @@ def pieces_of(files: Files, piece_bytes: int | None = None) -> list[Piece]:
     into even ranges."""
     piece_bytes = piece_bytes or PIECE_BYTES
     out = []
-    for index, path in enumerate(files.paths):
-        size = files.sizes[index] if files.sizes else 0
+    for local, path in enumerate(files.paths):
+        size, index = files.sizes[local] if files.sizes else 0, files.first_index + local
         if not path.lower().endswith(".jsonl") or size <= piece_bytes:
             out.append(Piece(path, index))
             continue

@@ -40,14 +40,14 @@ class Location:
         with self.fs.open_output_stream(self.path) as out:
             out.write(text.encode())
 
-    def upload(self, local_dir: Path) -> None:
-        """Copy a local directory's files under this location."""
+    def upload(self, local: Path) -> None:
+        """Copy a local directory's files under this location, or a local file to it."""
         import pyarrow.fs as pafs
 
-        if self.is_local and Path(self.path) == Path(local_dir):
+        if self.is_local and Path(self.path) == Path(local):
             return
-        self.fs.create_dir(self.path, recursive=True)
-        pafs.copy_files(str(local_dir), self.path, destination_filesystem=self.fs)
+        self.fs.create_dir(self.path if local.is_dir() else self.path.rsplit("/", 1)[0], recursive=True)
+        pafs.copy_files(str(local), self.path, destination_filesystem=self.fs)
 
     def delete(self) -> None:
         if self.exists():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from ray_jobs.diagnosis import diagnose, verdict
+from ray_jobs.model import serving_notes
 from ray_jobs.profile import JobProfile
 from rayft_contract.records import Caches, DataQuality, JobSummary, Progress, SamplesAt, Timing
 from rayft_contract.spec import FineTuneSpec
@@ -68,6 +69,7 @@ def summarize(
         bottleneck=findings[0].kind if findings else None,
         verdict=verdict(findings),
         adapter_dir=adapter_dir,
+        adapter_notes=serving_notes(spec.lora),
         caches=caches,
         data_quality=quality,
         spec=spec.to_dict(),

@@ -1,4 +1,4 @@
-"""Live tracking on the driver: TensorBoard scalars as the job runs, and an MLflow run when asked.
+"""Live tracking on the driver: TensorBoard scalars as the job runs, and MLflow and W&B runs when asked.
 
 Every progress report the trainer forwards passes through :meth:`Trackers.add` as it arrives, so
 ``tensorboard --logdir runs/`` and the MLflow UI follow a job while it trains (TensorBoard used to be
@@ -11,6 +11,11 @@ the team, the model, the dataset and the service's job id; the spec's fields are
 default store is a directory in the run (``mlruns/``): MLflow 3 keeps that file store only behind
 ``MLFLOW_ALLOW_FILE_STORE``, which is set for it here; any other URI is the user's (through the
 service, one the operator's policy names).
+
+Weights & Biases (``tracking.wandb``) gets its own run object (``reinit="create_new"``), for the same
+reason, named and tagged as the MLflow run, with the spec as its config. Offline by default: the run is
+written to ``wandb/`` in the run directory, with no network, for ``wandb sync`` later. W&B's own
+system-metrics sampler is off: the job reports its GPU memory and speed itself.
 """
 
 from __future__ import annotations
@@ -46,13 +51,15 @@ class Trackers:
 
     tensorboard: Any
     mlflow: _MlflowRun | None = None
+    wandb: _WandbRun | None = None
 
     @classmethod
     def open(cls, spec: FineTuneSpec, staging: Path, owner: str) -> Trackers:
         from tensorboardX import SummaryWriter
 
         mlflow = _MlflowRun.start(spec, staging, owner) if spec.tracking.mlflow else None
-        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow)
+        wandb = _WandbRun.start(spec, staging, owner) if spec.tracking.wandb else None
+        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow, wandb)
 
     def add(self, report: Progress) -> None:
         if report.final:  # the closing report: step records only
@@ -63,6 +70,8 @@ class Trackers:
         self.tensorboard.flush()  # followable now, not after tensorboardX's two-minute flush interval
         if self.mlflow is not None:
             self.mlflow.log(values, report.step)
+        if self.wandb is not None:
+            self.wandb.log(values, report.step)
 
     def finish(self, summary: JobSummary | None) -> None:
         if summary is not None:
@@ -77,6 +86,8 @@ class Trackers:
         self.tensorboard.close()
         if self.mlflow is not None:
             self.mlflow.end(summary)
+        if self.wandb is not None:
+            self.wandb.end(summary)
 
 
 @dataclasses.dataclass
@@ -95,13 +106,7 @@ class _MlflowRun:
         client = MlflowClient(tracking_uri=uri)
         experiment = client.get_experiment_by_name(spec.tracking.experiment)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(spec.tracking.experiment)
-        tags = {
-            "rayft.team": owner,
-            "rayft.model": spec.model.path,
-            "rayft.data": spec.data.path,
-            "rayft.job_id": os.environ.get("RAYFT_JOB_ID", ""),
-        }
-        run = client.create_run(experiment_id, run_name=spec.name, tags=tags)
+        run = client.create_run(experiment_id, run_name=spec.name, tags=_tags(spec, owner))
         params = [Param(key, _param(value)) for key, value in _flat(spec.to_dict()).items()]
         client.log_batch(run.info.run_id, params=params)
         return cls(client, run.info.run_id)
@@ -114,16 +119,69 @@ class _MlflowRun:
 
     def end(self, summary: JobSummary | None) -> None:
         if summary is not None:
-            final = {
-                "steady_tokens_per_s": summary.steady_tokens_per_s,
-                "mfu": summary.mfu,
-                "wall_time_s": summary.wall_time_s,
-                "time_to_first_step_s": summary.time_to_first_step_s,
-                "final_eval_loss": summary.eval_loss,
-                "final_eval_token_accuracy": summary.eval_token_accuracy,
-            }
-            self.log({k: float(v) for k, v in final.items() if v is not None}, summary.steps)
+            self.log(_final(summary), summary.steps)
         self.client.set_terminated(self.run_id, "FINISHED" if summary is not None else "FAILED")
+
+
+@dataclasses.dataclass
+class _WandbRun:
+    run: Any
+    last_step: int = -1
+
+    @classmethod
+    def start(cls, spec: FineTuneSpec, staging: Path, owner: str) -> _WandbRun:
+        import wandb
+
+        tags = [f"{key.removeprefix('rayft.')}={value}"[:MAX_WANDB_TAG] for key, value in _tags(spec, owner).items() if value]
+        run = wandb.init(
+            project=spec.tracking.wandb_project,
+            name=spec.name,
+            mode=spec.tracking.wandb_mode,
+            dir=str(staging),
+            config=_flat(spec.to_dict()),
+            tags=tags,
+            reinit="create_new",
+            settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
+        )
+        return cls(run)
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        # W&B's steps only go forward: a run resumed from its checkpoint repeats steps it has logged, and W&B
+        # would warn and drop them one by one. MLflow and TensorBoard keep both.
+        if step > self.last_step:
+            self.run.log(values, step=step)
+            self.last_step = step
+
+    def end(self, summary: JobSummary | None) -> None:
+        if summary is not None:
+            self.run.summary.update(_final(summary))
+        self.run.finish(exit_code=0 if summary is not None else 1)
+
+
+MAX_WANDB_TAG = 64
+"""W&B refuses longer tags: a long model or data path is cut."""
+
+
+def _tags(spec: FineTuneSpec, owner: str) -> dict[str, str]:
+    return {
+        "rayft.team": owner,
+        "rayft.model": spec.model.path,
+        "rayft.data": spec.data.path,
+        "rayft.job_id": os.environ.get("RAYFT_JOB_ID", ""),
+    }
+
+
+def _final(summary: JobSummary) -> dict[str, float]:
+    """The job's closing figures, logged once at its last step."""
+    final = {
+        "steady_tokens_per_s": summary.steady_tokens_per_s,
+        "mfu": summary.mfu,
+        "wall_time_s": summary.wall_time_s,
+        "time_to_first_step_s": summary.time_to_first_step_s,
+        "final_eval_loss": summary.eval_loss,
+        "final_eval_token_accuracy": summary.eval_token_accuracy,
+    }
+    return {k: float(v) for k, v in final.items() if v is not None}
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

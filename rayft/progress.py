@@ -97,6 +97,7 @@ class ProgressView:
             ("worker restarts", str(summary.restarts)),
             *_cache_rows(summary),
             ("adapter", summary.adapter_dir),
+            *(("serving", note) for note in summary.adapter_notes),
         ]
         if summary.gpu_mem_peak_gb is not None:
             rows.insert(7, ("peak GPU memory", f"{summary.gpu_mem_peak_gb:.1f} GiB"))

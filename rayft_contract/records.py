@@ -420,6 +420,8 @@ class JobSummary(Record):
     bottleneck: str | None = None
     verdict: str = ""
     adapter_dir: str = ""
+    adapter_notes: tuple[str, ...] = ()
+    """What to know before serving the adapter elsewhere (``ray_jobs.model.serving_notes``)."""
     caches: Caches = dataclasses.field(default_factory=Caches)
     data_quality: DataQuality | None = None
     spec: dict[str, Any] = dataclasses.field(default_factory=dict)

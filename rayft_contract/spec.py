@@ -30,6 +30,7 @@ DataFormat = Literal["auto", "alpaca", "chat", "sharegpt", "prompt_completion", 
 Schedule = Literal["cosine", "linear", "constant"]
 Strategy = Literal["ddp", "fsdp"]
 Overlong = Literal["truncate", "drop"]
+WandbMode = Literal["offline", "online"]
 
 
 MAX_SPEC_BYTES = 64 * 1024
@@ -149,7 +150,12 @@ class DataSpec:
     chat_template: str | None = None
     """A Jinja chat template overriding the tokenizer's; ``None`` uses the tokenizer's or ChatML."""
     val_fraction: float = 0.02
-    """Share of rows held out for evaluation, chosen by a stable hash of the row."""
+    """Share of the rows of ``path`` held out for evaluation, chosen by a stable hash of the row. Not used
+    when ``val_path`` is set."""
+    val_path: str = ""
+    """A validation set of its own: a file, directory, glob, ``s3://`` prefix or hub dataset, in any format
+    ``path`` accepts (under ``format: auto`` its format is detected from its own first row). Set, every row
+    of ``path`` trains and ``val_fraction`` is not used. Empty: ``val_fraction`` of ``path`` is held out."""
     tokenize_workers: int = 2
     """Ray Data CPU workers (actors) that template, tokenize and pack, ahead of the trainers."""
     tokenize_batch_size: int = 256
@@ -183,6 +189,18 @@ class DataSpec:
         _check(self.max_seq_len >= 8, "data.max_seq_len", f"must be >= 8 tokens, got {self.max_seq_len!r}")
         _positive(self.max_seq_len, "data.max_seq_len", at_most=1 << 20)
         _check(0.0 <= self.val_fraction < 0.5, "data.val_fraction", f"must be in [0, 0.5), got {self.val_fraction!r}")
+        if self.val_path:
+            _check(
+                self.val_path.startswith(("s3://", "hf://datasets/")) or "://" not in self.val_path,
+                "data.val_path",
+                f"must be a local path, an s3:// prefix or hf://datasets/org/name, got {self.val_path!r}",
+            )
+            _check(
+                self.val_path != self.path,
+                "data.val_path",
+                "is data.path itself, so the same rows would train and validate: point it at a held-out set, "
+                "or leave it empty to hold out data.val_fraction of data.path",
+            )
         _positive(self.tokenize_workers, "data.tokenize_workers", at_most=1024)
         _positive(self.tokenize_batch_size, "data.tokenize_batch_size", at_most=65536)
         _check(0 <= self.prefetch_batches <= 256, "data.prefetch_batches", f"must be in [0, 256], got {self.prefetch_batches!r}")
@@ -195,6 +213,11 @@ class DataSpec:
             "data.cache_uri",
             f"must be a local directory or an s3:// prefix, got {self.cache_uri!r}",
         )
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the job has an eval split: ``val_path``, or ``val_fraction`` of ``path``."""
+        return bool(self.val_path) or self.val_fraction > 0
 
 
 @dataclass(frozen=True)
@@ -314,9 +337,25 @@ class TrackingSpec:
     (``mlflow ui --backend-store-uri`` there). Through the service only URIs the operator's policy allows."""
     experiment: str = "rayft"
     """MLflow experiment the run goes under; the run itself is named after the job."""
+    wandb: bool = False
+    """Log the run to Weights & Biases: the spec as its config, metrics at every report, tags (team, model,
+    dataset), named after the job. Written into the run directory (``{output.dir}/{name}/wandb``)."""
+    wandb_project: str = "rayft"
+    """W&B project the run goes under."""
+    wandb_mode: WandbMode = "offline"
+    """``offline`` (no network: ``wandb sync`` the run directory's ``wandb/`` later) or ``online`` (needs a
+    W&B login or ``WANDB_API_KEY`` where the job's driver runs; ``rayft train`` only: the service refuses it,
+    as an API key in a job's environment would be readable by other teams)."""
 
     def __post_init__(self) -> None:
         _check(bool(self.experiment.strip()), "tracking.experiment", "must not be empty")
+        _check(
+            bool(self.wandb_project.strip()) and len(self.wandb_project) <= 128 and "/" not in self.wandb_project,
+            "tracking.wandb_project",
+            f"must be a W&B project name (1-128 characters, no '/'), got {self.wandb_project!r}",
+        )
+        modes = typing.get_args(WandbMode)
+        _check(self.wandb_mode in modes, "tracking.wandb_mode", f"must be one of {modes}, got {self.wandb_mode!r}")
         if self.mlflow_uri is not None:
             _check(
                 bool(self.mlflow_uri.strip()),
@@ -364,9 +403,9 @@ class FineTuneSpec:
             )
         if self.train.early_stopping_patience is not None:
             _check(
-                self.train.eval_every is not None and self.data.val_fraction > 0,
+                self.train.eval_every is not None and self.data.held_out,
                 "train.early_stopping_patience",
-                "needs evaluations to judge: set train.eval_every and data.val_fraction > 0",
+                "needs evaluations to judge: set train.eval_every, and data.val_path or data.val_fraction > 0",
             )
         _check(
             self.model.kernels != "liger" or self.scaling.use_gpu,
@@ -437,7 +476,11 @@ class FineTuneSpec:
 
         return self.replace(
             model=dataclasses.replace(self.model, path=absolute(self.model.path)),
-            data=dataclasses.replace(self.data, path=absolute(self.data.path, always=True)),  # globs too
+            data=dataclasses.replace(
+                self.data,
+                path=absolute(self.data.path, always=True),  # globs too
+                val_path=absolute(self.data.val_path, always=True) if self.data.val_path else "",
+            ),
             output=dataclasses.replace(self.output, dir=absolute(self.output.dir, always=True) if output else self.output.dir),
         )
 

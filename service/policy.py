@@ -152,8 +152,17 @@ class PathPolicy:
                 return spec
             return spec.replace(output=dataclasses.replace(spec.output, dir=f"{entry.output_root}/{job_id}"))
         self._allowed("data.path", spec.data.path, entry.data)
+        if spec.data.val_path:
+            self._allowed("data.val_path", spec.data.val_path, entry.data)
         if spec.data.cache_uri is not None:
             self._allowed("data.cache_uri", spec.data.cache_uri, entry.cache)
+        if spec.tracking.wandb and spec.tracking.wandb_mode == "online":
+            raise PolicyDenied(
+                "tracking.wandb_mode",
+                "online W&B is not available through the service (its API key would sit in the job's environment, "
+                "where other teams can read it): use offline, which writes the run to the run directory's wandb/ "
+                "for `wandb sync`",
+            )
         uri = spec.tracking.mlflow_uri
         if uri is not None and uri.rstrip("/") not in {t.rstrip("/") for t in entry.tracking}:
             allowed = ", ".join(entry.tracking) or "none (leave it unset: the run's own file store)"

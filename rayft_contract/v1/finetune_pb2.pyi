@@ -92,7 +92,7 @@ class LoraSpec(_message.Message):
     def __init__(self, r: _Optional[int] = ..., alpha: _Optional[int] = ..., dropout: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., modules_to_save: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DataSpec(_message.Message):
-    __slots__ = ("path", "format", "max_seq_len", "packing", "train_on_completions_only", "chat_template", "val_fraction", "tokenize_workers", "tokenize_batch_size", "prefetch_batches", "overlong", "max_bad_row_frac", "cache", "cache_uri", "shuffle", "shuffle_buffer_rows")
+    __slots__ = ("path", "format", "max_seq_len", "packing", "train_on_completions_only", "chat_template", "val_fraction", "val_path", "tokenize_workers", "tokenize_batch_size", "prefetch_batches", "overlong", "max_bad_row_frac", "cache", "cache_uri", "shuffle", "shuffle_buffer_rows")
     PATH_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     MAX_SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class DataSpec(_message.Message):
     TRAIN_ON_COMPLETIONS_ONLY_FIELD_NUMBER: _ClassVar[int]
     CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     VAL_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    VAL_PATH_FIELD_NUMBER: _ClassVar[int]
     TOKENIZE_WORKERS_FIELD_NUMBER: _ClassVar[int]
     TOKENIZE_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     PREFETCH_BATCHES_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +117,7 @@ class DataSpec(_message.Message):
     train_on_completions_only: bool
     chat_template: str
     val_fraction: float
+    val_path: str
     tokenize_workers: int
     tokenize_batch_size: int
     prefetch_batches: int
@@ -125,7 +127,7 @@ class DataSpec(_message.Message):
     cache_uri: str
     shuffle: bool
     shuffle_buffer_rows: int
-    def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ..., shuffle: _Optional[bool] = ..., shuffle_buffer_rows: _Optional[int] = ...) -> None: ...
+    def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., val_path: _Optional[str] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ..., shuffle: _Optional[bool] = ..., shuffle_buffer_rows: _Optional[int] = ...) -> None: ...
 
 class TrainSpec(_message.Message):
     __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures", "early_stopping_patience", "early_stopping_min_delta", "eval_samples")
@@ -188,14 +190,20 @@ class OutputSpec(_message.Message):
     def __init__(self, dir: _Optional[str] = ...) -> None: ...
 
 class TrackingSpec(_message.Message):
-    __slots__ = ("mlflow", "mlflow_uri", "experiment")
+    __slots__ = ("mlflow", "mlflow_uri", "experiment", "wandb", "wandb_project", "wandb_mode")
     MLFLOW_FIELD_NUMBER: _ClassVar[int]
     MLFLOW_URI_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
+    WANDB_FIELD_NUMBER: _ClassVar[int]
+    WANDB_PROJECT_FIELD_NUMBER: _ClassVar[int]
+    WANDB_MODE_FIELD_NUMBER: _ClassVar[int]
     mlflow: bool
     mlflow_uri: str
     experiment: str
-    def __init__(self, mlflow: _Optional[bool] = ..., mlflow_uri: _Optional[str] = ..., experiment: _Optional[str] = ...) -> None: ...
+    wandb: bool
+    wandb_project: str
+    wandb_mode: str
+    def __init__(self, mlflow: _Optional[bool] = ..., mlflow_uri: _Optional[str] = ..., experiment: _Optional[str] = ..., wandb: _Optional[bool] = ..., wandb_project: _Optional[str] = ..., wandb_mode: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "team", "state", "spec", "idempotency_key", "created_at", "updated_at", "ray_submission_id", "message", "last_seq", "summary_json")

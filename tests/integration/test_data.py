@@ -40,7 +40,7 @@ def test_a_file_larger_than_a_piece_is_read_by_several_tasks_and_each_row_counte
 
     # Through the tokenizers, the bad rows are located at the file's own lines, as a reader would open it.
     ledger = new_ledger(spec.data, fail_early=False)
-    tokenize(spec.data, inputs.files, inputs.format, spec.model.path, None, ("train",), ledger).materialize()
+    tokenize(spec.data, inputs, spec.model.path, None, ("train",), ledger).materialize()
     report = ray_get(ledger.get.remote())
     assert report.rows == 1500 and report.bad_rows == 40
     for kind in set(bad_at.values()):
@@ -76,6 +76,49 @@ def test_parquet_and_jsonl_of_the_same_rows_give_the_same_cache_entry(ray_cluste
         entries[path.suffix] = (prepared.cache.packed_rows, prepared.quality_report().rows, _rows(rows))
     assert entries[".jsonl"] == entries[".parquet"], "the same rows, templated, tokenized and packed the same"
     assert entries[".jsonl"][1] == 600
+
+
+def test_a_validation_set_of_its_own_is_the_eval_split_and_every_row_of_the_data_trains(ray_cluster, tiny_spec, tmp_path):
+    """data.val_path in another format (alpaca, Parquet) than data.path (chat, JSONL): its rows, and only
+    they, are evaluated on; no row of data.path is held out by val_fraction; a bad row in it is located there."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.tiny import write_dataset
+
+    train = write_dataset(tmp_path / "train.jsonl", rows=600, seed=3)
+    held = [
+        json.loads(line)["messages"] for line in write_dataset(tmp_path / "held.jsonl", rows=40, seed=4).read_text().splitlines()
+    ]
+    val_rows = [{"instruction": m[-2]["content"], "output": m[-1]["content"]} for m in held]
+    val_rows[7]["output"] = " "  # an empty answer: a bad row, at row 8 of the validation file
+    val = tmp_path / "val.parquet"
+    pq.write_table(pa.Table.from_pylist(val_rows), val)
+    data = dataclasses.replace(
+        tiny_spec.data,
+        path=str(train),
+        val_path=str(val),
+        val_fraction=0.2,
+        max_bad_row_frac=0.1,
+        cache_uri=str(tmp_path / "cache"),
+    )
+    prepared = prepare(tiny_spec.replace(data=data))
+
+    quality = prepared.quality_report()
+    assert quality.rows == 640 and quality.bad_rows == 1
+    (bad,) = quality.examples
+    assert bad.location == f"{val}:8" and bad.file_index == 1
+    trained = prepared.order.dataset(0, world=1, micro_batch_size=1).sum("num_examples")
+    evaluated = sum(prepared.eval_split.read_all().column("num_examples").to_pylist())
+    assert (trained, evaluated) == (600, 39), "every data.path row trains (val_fraction unused); the eval split is val_path's"
+
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.Table.from_pylist(val_rows[:20]), other)
+    again = prepare(tiny_spec.replace(data=dataclasses.replace(data, val_path=str(other))))
+    assert not again.cache.hit and again.cache.key != prepared.cache.key, "another validation set is another entry"
 
 
 def _rows(rows):

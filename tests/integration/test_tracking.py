@@ -1,9 +1,11 @@
 """Live tracking (ray_jobs/tracking.py): TensorBoard files grow while the job runs, and the MLflow run (real
-mlflow, the run's own file store) holds the job's parameters, tags and every reported metric."""
+mlflow, the run's own file store) and the W&B run (real wandb, offline) hold the job's parameters, tags and
+every reported metric."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -14,11 +16,11 @@ from ray_jobs.run import run
 pytestmark = pytest.mark.integration
 
 
-def test_tensorboard_is_live_and_mlflow_has_the_jobs_metrics_and_parameters(ray_cluster, tiny_spec):
+def test_tensorboard_is_live_and_mlflow_and_wandb_have_the_jobs_metrics_and_parameters(ray_cluster, tiny_spec):
     spec = tiny_spec.replace(
         name="tiny-tracked",
         train=dataclasses.replace(tiny_spec.train, max_steps=20, log_every=2, eval_every=10, checkpoint_every=20),
-        tracking=dataclasses.replace(tiny_spec.tracking, mlflow=True),
+        tracking=dataclasses.replace(tiny_spec.tracking, mlflow=True, wandb=True),
     )
     run_dir = Path(spec.output.dir) / spec.name
     seen_while_running = []
@@ -46,3 +48,47 @@ def test_tensorboard_is_live_and_mlflow_has_the_jobs_metrics_and_parameters(ray_
     accuracy = client.get_metric_history(found.info.run_id, "eval_token_accuracy")
     assert [m.step for m in accuracy] == [0, 10, 20] and all(0 <= m.value <= 1 for m in accuracy)
     assert found.data.metrics["steady_tokens_per_s"] == pytest.approx(summary.steady_tokens_per_s)
+
+    (log,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")  # offline: no network, for `wandb sync`
+    records = wandb_records(log)
+    (started,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert started.display_name == "tiny-tracked" and started.project == "rayft"
+    assert any(t.startswith("team=local:") for t in started.tags) and f"model={spec.model.path}"[:64] in started.tags
+    config = {c.key: json.loads(c.value_json) for c in started.config.update}
+    assert config["lora.r"] == spec.lora.r and config["train.max_steps"] == 20
+    history = [
+        {_name(i): json.loads(i.value_json) for i in r.history.item} for r in records if r.WhichOneof("record_type") == "history"
+    ]
+    assert [h["_step"] for h in history if "loss" in h] == list(summary.reported_steps)
+    assert [h["_step"] for h in history if "eval_token_accuracy" in h] == [0, 10, 20]
+    summaries = [{_name(i) for i in r.summary.update} for r in records if r.WhichOneof("record_type") == "summary"]
+    assert any("steady_tokens_per_s" in names for names in summaries), "the closing figures are in the run's summary"
+    assert [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"] == [0]
+
+
+def _name(item) -> str:  # noqa: ANN001
+    return item.key or ".".join(item.nested_key)
+
+
+def wandb_records(path: Path) -> list:
+    """The records of a W&B run log. wandb 0.31 has no Python reader of its own any more (its Go core reads
+    the file), so this reads its LevelDB-style log: a 7-byte header, then 32 KiB blocks of records, each with a
+    7-byte header (CRC, length, type: 1 whole, 2 first, 3 middle, 4 last part), holding one protobuf Record."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = path.read_bytes(), 32 * 1024
+    assert data[:4] == b":W&B", "a W&B run log"
+    out, pending, pos = [], b"", 7
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        pending += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            out.append(record)
+            pending = b""
+    return out

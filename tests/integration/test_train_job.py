@@ -58,6 +58,7 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     assert summary.steps == tiny_spec.train.max_steps
     assert summary.eval_loss < 0.5 * summary.initial_eval_loss, summary
     assert 0 <= summary.initial_eval_token_accuracy < summary.eval_token_accuracy <= 1, summary  # it learned the answers
+    assert any("vLLM" in note for note in summary.adapter_notes)  # the tiny preset trains embed_tokens and lm_head too
     # At each evaluation (0, 30, 60) rank 0 answered 3 held-out prompts; the answers moved with training.
     lines = [json.loads(x) for x in (result.local_dir / "samples.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 0, 0, 30, 30, 30, 60, 60, 60]
@@ -179,7 +180,8 @@ def test_fsdp_on_two_cpu_workers_with_epochs(ray_cluster, tiny_spec, tmp_path):
 
 
 def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
-    """output.dir on S3: checkpoints (Ray Train storage), adapter, summary and metrics all land in the bucket."""
+    """output.dir on S3: checkpoints (Ray Train storage), adapter, summary and metrics all land in the bucket,
+    and metrics.jsonl is there while the job runs, as of its last checkpoint."""
     import boto3
 
     s3 = boto3.client("s3")
@@ -190,8 +192,16 @@ def test_output_to_s3(ray_cluster, s3_server, tiny_spec):
         output=dataclasses.replace(spec.output, dir="s3://rayft-runs/team-a"),
         data=dataclasses.replace(spec.data, val_fraction=0.0),
     )
-    result = run(spec)
+    live = {}
 
+    def at_checkpoint(event):
+        if event.kind == "progress" and event.data.get("checkpoint") and event.data["step"] == 3:
+            body = s3.get_object(Bucket="rayft-runs", Key="team-a/tiny-s3/metrics.jsonl")["Body"].read().decode()
+            live["steps"] = [json.loads(line).get("step") for line in body.splitlines()]
+
+    result = run(spec, on_event=at_checkpoint)
+
+    assert 3 in live["steps"], "metrics.jsonl in the bucket had the step-3 report while the job ran"
     assert result.adapter_dir == "s3://rayft-runs/team-a/tiny-s3/adapter"
     assert result.local_dir is None, "the local staging copy of an s3:// run is removed once uploaded"
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="rayft-runs", Prefix="team-a/tiny-s3/")["Contents"]}

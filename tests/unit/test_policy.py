@@ -45,6 +45,7 @@ def test_a_job_writes_under_its_teams_root_and_its_own_id(policy):
         ("data.path", "data", {"path": "s3://datasets/shared/../private/x"}),
         ("data.path", "data", {"path": "http://169.254.169.254/latest/meta-data"}),
         ("data.path", "data", {"path": "s3://datasets/sharedx/a.jsonl"}),
+        ("data.val_path", "data", {"val_path": "/srv/data/nlp/val.jsonl"}),  # another team's validation set
         ("model.path", "model", {"path": "mistralai/Mistral-7B"}),
         ("model.path", "model", {"path": "/srv/modelsx/tiny"}),
         ("output.dir", "output", {"dir": "s3://outputs/nlp"}),
@@ -64,6 +65,14 @@ def test_a_tracking_server_must_be_one_the_operator_named_and_the_runs_own_store
     named = policy.apply("vision", spec(tracking={"mlflow": True, "mlflow_uri": "https://mlflow.internal"}), "ft-1")
     assert named.tracking.mlflow_uri == "https://mlflow.internal"
     assert policy.apply("vision", spec(tracking={"mlflow": True}), "ft-1").tracking.mlflow_uri is None
+
+
+def test_through_the_service_wandb_runs_offline_and_online_is_refused_naming_the_field(policy):
+    offline = spec(tracking={"wandb": True})
+    assert policy.apply("vision", offline, "ft-1").tracking.wandb_mode == "offline"
+    with pytest.raises(PolicyDenied) as info:
+        policy.apply("vision", spec(tracking={"wandb": True, "wandb_mode": "online"}), "ft-1")
+    assert info.value.field == "tracking.wandb_mode" and "offline" in str(info.value)
 
 
 def test_hub_models_match_the_teams_patterns(policy):

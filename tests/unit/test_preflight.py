@@ -58,6 +58,26 @@ def test_bad_input_is_one_line_before_ray(write_spec, capsys, monkeypatch, comma
     assert err.startswith(f"error: {needle}") and "\n" not in err
 
 
+def test_a_validation_set_is_listed_after_the_data_in_its_own_format(tiny, tmp_path):
+    from ray_jobs.preflight import data_inputs
+    from rayft_contract.spec import FineTuneSpec
+
+    val = tmp_path / "val.jsonl"
+    val.write_text(json.dumps({"instruction": "count", "output": "one two"}) + "\n")
+    spec = FineTuneSpec.from_dict(
+        {"name": "v", "model": {"path": str(tiny / "model")}, "data": {"path": str(tiny / "train.jsonl"), "val_path": str(val)}}
+    )
+    inputs = data_inputs(spec)
+    assert (inputs.format, inputs.val.format) == ("chat", "alpaca")
+    assert inputs.val.files.first_index == len(inputs.files.paths)  # its bad rows have file indices of their own
+    assert inputs.bytes == sum(s for _, s, _ in inputs.identity) + val.stat().st_size
+
+
+def test_a_missing_validation_set_is_named(write_spec, tmp_path, capsys):
+    code, err = run_cli(capsys, "check", write_spec(), "--set", f"data.val_path={tmp_path}/nope.jsonl")
+    assert code == 2 and err.startswith(f"error: data.val_path: dataset file '{tmp_path}/nope.jsonl' does not exist"), err
+
+
 def test_unknown_format_lists_columns(write_spec, tmp_path, capsys):
     data = tmp_path / "qa.jsonl"
     data.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")

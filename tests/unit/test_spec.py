@@ -39,6 +39,7 @@ INVALID = [
     ("data", "format", "csv", "data.format"),
     ("data", "max_seq_len", 0, "data.max_seq_len"),
     ("data", "val_fraction", 0.7, "data.val_fraction"),
+    ("data", "val_path", "ftp://host/val.jsonl", "data.val_path"),
     ("data", "tokenize_workers", 0, "data.tokenize_workers"),
     ("data", "tokenize_batch_size", 0, "data.tokenize_batch_size"),
     ("data", "prefetch_batches", -1, "data.prefetch_batches"),
@@ -79,6 +80,9 @@ INVALID = [
     ("tracking", "mlflow", "yes", "tracking.mlflow"),
     ("tracking", "mlflow_uri", " ", "tracking.mlflow_uri"),
     ("tracking", "experiment", "", "tracking.experiment"),
+    ("tracking", "wandb", "yes", "tracking.wandb"),
+    ("tracking", "wandb_project", "team/project", "tracking.wandb_project"),
+    ("tracking", "wandb_mode", "disabled", "tracking.wandb_mode"),
 ]
 
 
@@ -103,6 +107,15 @@ def test_every_field_has_an_invalid_case_or_is_free_text():
     fields = {f"{s}.{k}" for s, v in spec.items() if isinstance(v, dict) for k in v} | {"name"}
     missing = fields - covered - free_text
     assert not missing, f"add invalid cases for {sorted(missing)}"
+
+
+def test_a_validation_set_that_is_the_training_data_is_refused_and_one_of_its_own_is_held_out():
+    with pytest.raises(SpecError, match="data.val_path: is data.path itself"):
+        FineTuneSpec.from_dict(spec_with("data", "val_path", MINIMAL["data"]["path"]))
+    none = FineTuneSpec.from_dict(spec_with("data", "val_fraction", 0.0))
+    own = FineTuneSpec.from_dict({**MINIMAL, "data": {"path": "data.jsonl", "val_path": "val.jsonl", "val_fraction": 0.0}})
+    assert (none.data.held_out, own.data.held_out) == (False, True)
+    assert own.with_absolute_paths().data.val_path.startswith("/")
 
 
 def test_early_stopping_without_evaluations_to_judge_is_refused():
