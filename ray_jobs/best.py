@@ -1,14 +1,15 @@
-"""The adapter with the lowest eval loss, and when to stop training for lack of a better one.
+"""The adapter of the best evaluation, and when to stop training for lack of a better one.
 
-Every evaluation (after step 0: the baseline is the untrained adapter) is judged in :meth:`Best.judge`.
-A lower eval loss (by more than ``train.early_stopping_min_delta``) makes that step the best one, and
+Every evaluation (after step 0: the baseline is the untrained adapter) is judged in :meth:`Best.judge` by
+``train.early_stopping_metric``: a lower eval loss, or a higher token accuracy, by more than
+``train.early_stopping_min_delta``, makes that step the best one, and
 rank 0 keeps a CPU copy of the trainable weights (the adapter's megabytes). Checkpoints taken after it
 carry that copy (``checkpoint.save(best=...)``), so the best adapter survives checkpoint retention and a
 resume, and the export makes it ``adapter/``. With ``train.early_stopping_patience``, that many
-evaluations in a row without a better loss end the job at that step: it saves, reports and exports as
+evaluations in a row without a better one end the job at that step: it saves, reports and exports as
 at its last step.
 
-Every rank evaluates on the same all-reduced loss, so every rank takes the same decision and all still
+Every rank evaluates on the same all-reduced figures, so every rank takes the same decision and all still
 call ``ray.train.report`` the same number of times.
 """
 
@@ -28,12 +29,25 @@ class Best:
     weights: dict[str, Any] | None = None
     """Rank 0: the best step's trainable weights, on the CPU (others: ``None``)."""
 
-    def judge(self, state: TrainState, eval_loss: float, snapshot: Callable[[], dict[str, Any] | None]) -> bool:
+    def judge(
+        self, state: TrainState, eval_loss: float, token_accuracy: float | None, snapshot: Callable[[], dict[str, Any] | None]
+    ) -> bool:
         """Record the eval at ``state.step``; True when the job should stop there. ``snapshot``: the current
         trainable weights (collective: called on every rank alike)."""
-        better = state.best_eval_loss is None or eval_loss < state.best_eval_loss - self.train.early_stopping_min_delta
+        if self.train.early_stopping_metric == "eval_token_accuracy":
+            if token_accuracy is None:
+                raise ValueError(
+                    "train.early_stopping_metric: eval_token_accuracy needs the model's logits at evaluation, and "
+                    "this model returned none; use eval_loss"
+                )
+            score = token_accuracy
+        else:
+            score = -eval_loss
+        if state.best_score is None and state.best_eval_loss is not None and self.train.early_stopping_metric == "eval_loss":
+            state.best_score = -state.best_eval_loss  # a checkpoint from before best_score was kept
+        better = state.best_score is None or score > state.best_score + self.train.early_stopping_min_delta
         if better:
-            state.best_step, state.best_eval_loss, state.evals_since_best = state.step, eval_loss, 0
+            state.best_step, state.best_eval_loss, state.best_score, state.evals_since_best = state.step, eval_loss, score, 0
             self.weights = snapshot()
             return False
         state.evals_since_best += 1
@@ -47,10 +61,11 @@ class Best:
     def describe(self, state: TrainState, stopped: bool) -> dict[str, Any]:
         """The summary's fields: which step the exported adapter comes from, and why the job ended there."""
         patience = self.train.early_stopping_patience
+        better = "lower eval loss" if self.train.early_stopping_metric == "eval_loss" else "higher eval token accuracy"
         return {
             "best_step": state.best_step or None,
             "best_eval_loss": state.best_eval_loss,
-            "stopped_early": (f"no lower eval loss in {patience} evaluations since step {state.best_step}" if stopped else None),
+            "stopped_early": (f"no {better} in {patience} evaluations since step {state.best_step}" if stopped else None),
         }
 
 

@@ -41,6 +41,11 @@ class Chaos:
             return loss
         return loss + (step - self.overfit_after_step)
 
+    def eval_token_accuracy(self, step: int, accuracy: float | None) -> float | None:
+        if accuracy is None or self.overfit_after_step is None or step <= self.overfit_after_step:
+            return accuracy
+        return max(accuracy - 0.05 * (step - self.overfit_after_step), 0.0)
+
     def slow_tokenizer(self) -> None:
         if self.tokenize_delay_s:
             time.sleep(self.tokenize_delay_s)

@@ -71,8 +71,11 @@ class TrainState:
     samples: int = 0
     """Examples seen, over all workers."""
     best_step: int = 0
-    """The step of the lowest eval loss so far (0: none yet; ``ray_jobs.best``)."""
+    """The step of the best evaluation so far (0: none yet; ``ray_jobs.best``)."""
     best_eval_loss: float | None = None
+    """That evaluation's loss."""
+    best_score: float | None = None
+    """That evaluation's ``train.early_stopping_metric``, higher better (a loss negated)."""
     evals_since_best: int = 0
     """Evaluations since that one: what ``train.early_stopping_patience`` counts."""
 

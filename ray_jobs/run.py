@@ -320,10 +320,12 @@ def _export(checkpoint: Any, spec: FineTuneSpec, model_dir: str, target: Path) -
     exported = [target]
     with checkpoint.as_directory() as directory:
         saved = Path(directory)
-        if (saved / "best_adapter").is_dir():  # an earlier step had the lowest eval loss (ray_jobs.best)
-            shutil.copytree(saved / "best_adapter", target, dirs_exist_ok=True)
-            shutil.copytree(saved / "adapter", target.parent / "last_adapter", dirs_exist_ok=True)
-            exported.append(target.parent / "last_adapter")
+        if (saved / "best_adapter").is_dir():  # an earlier step had the best evaluation (ray_jobs.best)
+            other = "last_adapter" if spec.output.adapter == "best" else "best_adapter"
+            chosen, kept = ("best_adapter", "adapter") if spec.output.adapter == "best" else ("adapter", "best_adapter")
+            shutil.copytree(saved / chosen, target, dirs_exist_ok=True)
+            shutil.copytree(saved / kept, target.parent / other, dirs_exist_ok=True)
+            exported.append(target.parent / other)
         else:
             shutil.copytree(saved / "adapter", target, dirs_exist_ok=True)
     from ray_jobs.template import ChatEncoder

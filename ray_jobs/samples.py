@@ -1,4 +1,5 @@
-"""What the model answers at each evaluation: a few held-out prompts, its greedy answer and the reference.
+"""What the model answers at each evaluation: a few held-out prompts, its greedy answer and the reference,
+and the spec's own prompts (``train.sample_prompts``), which have no reference.
 
 A loss says the model improves; reading its answers says how. At every evaluation (the baseline
 included) rank 0 answers the first ``train.eval_samples`` prompts of its eval split with the adapter as
@@ -65,7 +66,7 @@ def answer_all(model: Any, tokenizer: Any, prompts: list[Prompt], device: Any, a
                 generated = model.generate(
                     input_ids=inputs,
                     attention_mask=torch.ones_like(inputs),
-                    max_new_tokens=min(len(prompt.reference) + 16, MAX_NEW_TOKENS),
+                    max_new_tokens=min(len(prompt.reference) + 16, MAX_NEW_TOKENS) if prompt.reference else MAX_NEW_TOKENS,
                     do_sample=False,
                     eos_token_id=ends or None,
                     pad_token_id=pad,
@@ -99,17 +100,21 @@ class Answers:
     def take(self) -> tuple[Sample, ...]:
         """The answers on rank 0 (after an evaluation); none elsewhere, when off, or where one rank cannot run
         the model alone."""
-        count = self.spec.train.eval_samples
-        if self.rank != 0 or not count or self.eval_batches is None or not self.strategy.one_rank_runs:
+        count, own = self.spec.train.eval_samples, self.spec.train.sample_prompts
+        if self.rank != 0 or not (count or own) or self.eval_batches is None or not self.strategy.one_rank_runs:
             return ()
         if self.prompts is None:
             from transformers import AutoTokenizer
 
+            from ray_jobs.formats import Turn
             from ray_jobs.model_cache import fetch_model
+            from ray_jobs.template import ChatEncoder
 
             local = fetch_model(self.spec.model.path, self.spec.model.revision, count_hit=False).path
             self.tokenizer = AutoTokenizer.from_pretrained(local)
-            self.prompts = prompts_of(self.eval_batches, count)
+            encoder = ChatEncoder(self.tokenizer, self.spec.data.chat_template)
+            held_out = prompts_of(self.eval_batches, count) if count else []
+            self.prompts = held_out + [Prompt(encoder.prompt_ids([Turn("user", text)]), []) for text in own]
         from ray_jobs.model import autocast
 
         module = self.strategy.unwrap(self.model)

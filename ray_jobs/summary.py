@@ -46,6 +46,7 @@ def summarize(
         initial_eval_token_accuracy=accuracies[0] if accuracies else None,
         eval_token_accuracy=accuracies[-1] if accuracies else None,
         best_step=last.best_step,
+        adapter_step=(last.best_step or last.step) if spec.output.adapter == "best" else last.step,
         best_eval_loss=last.best_eval_loss,
         stopped_early=last.stopped_early,
         eval_samples=SamplesAt(answered[0].step, answered[-1].step, answered[0].eval_samples, answered[-1].eval_samples)

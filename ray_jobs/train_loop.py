@@ -232,8 +232,9 @@ class _Loop:
             with meter.phase("eval"):
                 result = evaluate(self.model, self.eval_batches, cfg.spec, self.device)
                 eval_loss = cfg.chaos.eval_loss(state.step, result.loss)
-                self.stopped = self.best.judge(state, eval_loss, self.snapshot) and not at_end  # early stopping
-                found.update(eval_loss=eval_loss, eval_token_accuracy=result.token_accuracy, eval_samples=self.answers.take())
+                accuracy = cfg.chaos.eval_token_accuracy(state.step, result.token_accuracy)
+                self.stopped = self.best.judge(state, eval_loss, accuracy, self.snapshot) and not at_end  # early stopping
+                found.update(eval_loss=eval_loss, eval_token_accuracy=accuracy, eval_samples=self.answers.take())
         last = at_end or self.stopped
         ckpt = None
         if state.step % train.checkpoint_every == 0 or last:

@@ -396,7 +396,9 @@ class JobSummary(Record):
     initial_eval_token_accuracy: float | None = None
     eval_token_accuracy: float | None = None
     best_step: int | None = None
-    """The step whose adapter was exported (the lowest eval loss), when evaluation ran."""
+    """The step of the best evaluation (``train.early_stopping_metric``), when evaluation ran."""
+    adapter_step: int | None = None
+    """The step whose weights ``adapter/`` holds (``output.adapter``: the best step's, or the last's)."""
     best_eval_loss: float | None = None
     stopped_early: str | None = None
     eval_samples: SamplesAt | None = None

@@ -28,6 +28,8 @@ DType = Literal["bfloat16", "float16", "float32"]
 Kernels = Literal["auto", "liger", "none"]
 DataFormat = Literal["auto", "alpaca", "chat", "sharegpt", "prompt_completion", "text"]
 Schedule = Literal["cosine", "linear", "constant"]
+EvalMetric = Literal["eval_loss", "eval_token_accuracy"]
+AdapterChoice = Literal["best", "last"]
 Strategy = Literal["ddp", "fsdp"]
 Overlong = Literal["truncate", "drop"]
 WandbMode = Literal["offline", "online"]
@@ -259,14 +261,19 @@ class TrainSpec:
     max_failures: int = 1
     """Worker-group restarts allowed; each resumes from the last checkpoint."""
     early_stopping_patience: int | None = None
-    """Stop after this many evaluations in a row without a lower eval loss (``None``: train every step).
-    Needs ``eval_every`` and a validation split. With any evaluation, the exported ``adapter/`` is the one
-    with the lowest eval loss, and the last one is kept beside it as ``last_adapter/``."""
+    """Stop after this many evaluations in a row without a better ``early_stopping_metric`` (``None``: train
+    every step). Needs ``eval_every`` and a validation split. With any evaluation, the best step's adapter
+    is kept (``output.adapter`` says which one is exported as ``adapter/``)."""
     early_stopping_min_delta: float = 0.0
-    """How much lower an eval loss must be to count as better."""
+    """How much better (a lower loss, a higher accuracy) an evaluation must be to count as better."""
+    early_stopping_metric: EvalMetric = "eval_loss"
+    """What makes an evaluation the best: ``eval_loss`` (lower) or ``eval_token_accuracy`` (higher)."""
     eval_samples: int = 3
     """Held-out prompts answered at every evaluation, beside their references (``samples.jsonl``, and the
     first and last in the summary); 0: none."""
+    sample_prompts: tuple[str, ...] = ()
+    """Prompts of your own (a user turn each, templated as in training) answered at every evaluation after
+    the held-out ones; they have no reference: what the model says is the point."""
 
     def __post_init__(self) -> None:
         _positive(self.max_steps, "train.max_steps", allow_none=True, at_most=STEPS_MAX)
@@ -292,6 +299,13 @@ class TrainSpec:
         _check(0 <= self.max_failures <= 100, "train.max_failures", f"must be in [0, 100], got {self.max_failures!r}")
         _positive(self.early_stopping_patience, "train.early_stopping_patience", allow_none=True, at_most=10_000)
         _check(0 <= self.eval_samples <= 32, "train.eval_samples", f"must be in [0, 32], got {self.eval_samples!r}")
+        metrics = typing.get_args(EvalMetric)
+        _check(self.early_stopping_metric in metrics, "train.early_stopping_metric", f"must be one of {metrics}")
+        _check(
+            len(self.sample_prompts) <= 16 and all(p.strip() and len(p) <= 4096 for p in self.sample_prompts),
+            "train.sample_prompts",
+            "must be at most 16 prompts, each non-empty and at most 4096 characters",
+        )
         delta = self.early_stopping_min_delta
         _check(0 <= delta < 100, "train.early_stopping_min_delta", f"must be in [0, 100), got {delta!r}")
 
@@ -321,9 +335,15 @@ class OutputSpec:
 
     dir: str = "runs"
     """A local directory or an ``s3://`` prefix; the job writes under ``{dir}/{name}``."""
+    adapter: AdapterChoice = "best"
+    """Which adapter ``adapter/`` holds when the job evaluated: ``best`` (the best evaluation's, by
+    ``train.early_stopping_metric``; the last is kept as ``last_adapter/`` when they differ) or ``last``
+    (the last step's; the best is kept as ``best_adapter/``). The summary says which step it is."""
 
     def __post_init__(self) -> None:
         _check(bool(self.dir.strip()), "output.dir", "is required: a directory or s3:// prefix")
+        choices = typing.get_args(AdapterChoice)
+        _check(self.adapter in choices, "output.adapter", f"must be one of {choices}, got {self.adapter!r}")
 
 
 @dataclass(frozen=True)

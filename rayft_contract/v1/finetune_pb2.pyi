@@ -130,7 +130,7 @@ class DataSpec(_message.Message):
     def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., val_path: _Optional[str] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ..., shuffle: _Optional[bool] = ..., shuffle_buffer_rows: _Optional[int] = ...) -> None: ...
 
 class TrainSpec(_message.Message):
-    __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures", "early_stopping_patience", "early_stopping_min_delta", "eval_samples")
+    __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures", "early_stopping_patience", "early_stopping_min_delta", "early_stopping_metric", "eval_samples", "sample_prompts")
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -149,7 +149,9 @@ class TrainSpec(_message.Message):
     MAX_FAILURES_FIELD_NUMBER: _ClassVar[int]
     EARLY_STOPPING_PATIENCE_FIELD_NUMBER: _ClassVar[int]
     EARLY_STOPPING_MIN_DELTA_FIELD_NUMBER: _ClassVar[int]
+    EARLY_STOPPING_METRIC_FIELD_NUMBER: _ClassVar[int]
     EVAL_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_PROMPTS_FIELD_NUMBER: _ClassVar[int]
     max_steps: int
     epochs: int
     micro_batch_size: int
@@ -168,8 +170,10 @@ class TrainSpec(_message.Message):
     max_failures: int
     early_stopping_patience: int
     early_stopping_min_delta: float
+    early_stopping_metric: str
     eval_samples: int
-    def __init__(self, max_steps: _Optional[int] = ..., epochs: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., lr_schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., min_lr_ratio: _Optional[float] = ..., weight_decay: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., gradient_checkpointing: _Optional[bool] = ..., log_every: _Optional[int] = ..., eval_every: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., max_failures: _Optional[int] = ..., early_stopping_patience: _Optional[int] = ..., early_stopping_min_delta: _Optional[float] = ..., eval_samples: _Optional[int] = ...) -> None: ...
+    sample_prompts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_steps: _Optional[int] = ..., epochs: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., lr_schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., min_lr_ratio: _Optional[float] = ..., weight_decay: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., gradient_checkpointing: _Optional[bool] = ..., log_every: _Optional[int] = ..., eval_every: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., max_failures: _Optional[int] = ..., early_stopping_patience: _Optional[int] = ..., early_stopping_min_delta: _Optional[float] = ..., early_stopping_metric: _Optional[str] = ..., eval_samples: _Optional[int] = ..., sample_prompts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ScalingSpec(_message.Message):
     __slots__ = ("num_workers", "use_gpu", "strategy", "cpus_per_worker")
@@ -184,10 +188,12 @@ class ScalingSpec(_message.Message):
     def __init__(self, num_workers: _Optional[int] = ..., use_gpu: _Optional[bool] = ..., strategy: _Optional[str] = ..., cpus_per_worker: _Optional[int] = ...) -> None: ...
 
 class OutputSpec(_message.Message):
-    __slots__ = ("dir",)
+    __slots__ = ("dir", "adapter")
     DIR_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     dir: str
-    def __init__(self, dir: _Optional[str] = ...) -> None: ...
+    adapter: str
+    def __init__(self, dir: _Optional[str] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class TrackingSpec(_message.Message):
     __slots__ = ("mlflow", "mlflow_uri", "experiment", "wandb", "wandb_project", "wandb_mode")

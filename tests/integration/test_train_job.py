@@ -147,6 +147,37 @@ def test_early_stopping_ends_a_job_whose_eval_loss_stopped_falling_and_exports_t
     assert any(not (best_weights[k] == last_weights[k]).all() for k in best_weights), "the best is not the last"
 
 
+def test_stopping_by_token_accuracy_with_the_last_adapter_exported_and_the_specs_own_prompts_answered(ray_cluster, tiny_spec):
+    from safetensors.torch import load_file
+
+    spec = with_train(
+        tiny_spec,
+        max_steps=60,
+        eval_every=5,
+        log_every=5,
+        checkpoint_every=30,
+        early_stopping_patience=2,
+        early_stopping_metric="eval_token_accuracy",
+        eval_samples=1,
+        sample_prompts=("count to three",),
+    )
+    spec = spec.replace(name="tiny-accuracy-stop", output=dataclasses.replace(spec.output, adapter="last"))
+    result = run(spec, chaos=Chaos(overfit_after_step=10))  # every eval after step 10 reads less accurate
+    summary = result.summary
+
+    assert summary.best_step in (5, 10) and summary.steps == summary.best_step + 10 < 60, summary
+    assert summary.stopped_early == f"no higher eval token accuracy in 2 evaluations since step {summary.best_step}"
+    assert summary.adapter_step == summary.steps, "output.adapter: last"
+    last, best = (result.local_dir / name for name in ("adapter", "best_adapter"))
+    assert not (result.local_dir / "last_adapter").exists()
+    last_weights, best_weights = (load_file(str(a / "adapter_model.safetensors")) for a in (last, best))
+    assert any(not (best_weights[k] == last_weights[k]).all() for k in best_weights), "the best is kept beside the last"
+    lines = [json.loads(x) for x in (result.local_dir / "samples.jsonl").read_text().splitlines()]
+    own = [x for x in lines if "count to three" in x["prompt"]]
+    assert [x["step"] for x in own] == list(range(0, summary.steps + 1, 5)), "answered at every evaluation"
+    assert all(x["reference"] == "" and isinstance(x["answer"], str) for x in own)
+
+
 def test_worker_failure_resumes_from_the_last_checkpoint(ray_cluster, tiny_spec):
     spec = with_train(tiny_spec, max_steps=14, checkpoint_every=4, log_every=1, eval_every=None)
     spec = spec.replace(name="tiny-chaos", data=dataclasses.replace(spec.data, val_fraction=0.0))

@@ -1,4 +1,4 @@
-"""The best adapter and early stopping (ray_jobs/best.py): judged on the eval losses alone."""
+"""The best adapter and early stopping (ray_jobs/best.py): judged on the eval figures alone."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ from ray_jobs.checkpoint import TrainState
 from rayft_contract.spec import TrainSpec
 
 
-def judge_all(best: Best, losses: dict[int, float]) -> tuple[TrainState, list[int], int | None]:
+def judge_all(
+    best: Best, losses: dict[int, float], accuracies: dict[int, float] | None = None
+) -> tuple[TrainState, list[int], int | None]:
     state, snapshots, stopped = TrainState(), [], None
     for step, loss in losses.items():
         state.step = step
-        if best.judge(state, loss, lambda step=step: snapshots.append(step) or {"w": step}):
+        accuracy = (accuracies or {}).get(step)
+        if best.judge(state, loss, accuracy, lambda step=step: snapshots.append(step) or {"w": step}):
             stopped = step
             break
     return state, snapshots, stopped
@@ -44,3 +47,11 @@ def test_a_checkpoint_carries_the_best_weights_only_when_they_are_older_than_it(
     state.step = 10
     assert best.for_checkpoint(state) is None, "the checkpoint's own weights are the best"
     assert Best(TrainSpec()).for_checkpoint(TrainState(step=5)) is None, "no evaluation yet"
+
+
+def test_by_token_accuracy_the_highest_is_best_whatever_the_loss_says():
+    best = Best(TrainSpec(early_stopping_patience=2, eval_every=10, early_stopping_metric="eval_token_accuracy"))
+    losses = {10: 3.0, 20: 2.0, 30: 1.0, 40: 0.5}  # falling all along
+    state, snapshots, stopped = judge_all(best, losses, {10: 0.2, 20: 0.5, 30: 0.4, 40: 0.45})
+    assert (stopped, state.best_step, state.best_eval_loss, snapshots) == (40, 20, 2.0, [10, 20])
+    assert best.describe(state, stopped=True)["stopped_early"] == "no higher eval token accuracy in 2 evaluations since step 20"
