@@ -170,9 +170,15 @@ def _best_rows(summary: JobSummary) -> list[tuple[str, str]]:
     if not summary.best_step or summary.best_eval_loss is None:
         return []
     why = f"; {summary.stopped_early}" if summary.stopped_early else ""
-    which = "the best evaluation" if summary.adapter_step == summary.best_step else "the last step (output.adapter: last)"
-    best = f"best: step {summary.best_step}, eval loss {summary.best_eval_loss:.4f}"
-    return [("adapter from", f"step {summary.adapter_step}, {which}; {best}{why}")]
+    best = f"eval loss {summary.best_eval_loss:.4f}"
+    if summary.adapter_step == summary.best_step:
+        return [("adapter from", f"step {summary.best_step}, the best evaluation ({best}){why}")]
+    return [
+        (
+            "adapter from",
+            f"step {summary.adapter_step}, the last (output.adapter: last); best: step {summary.best_step}, {best}{why}",
+        )
+    ]
 
 
 def _cache_rows(summary: JobSummary) -> list[tuple[str, str]]:
