@@ -53,7 +53,8 @@ from service.store_sqlite import SqliteJobStore  # noqa: E402
 CALLS = ("GetJob", "ListJobs", "CreateJob+CancelJob")
 
 
-def quiet_calls(client: Client, job_id: str, n: int) -> dict[str, list[float]]:
+def quiet_calls(client: Client, job_id: str, n: int, pace_s: float = 0.0) -> dict[str, list[float]]:
+    """``n`` calls of each kind; ``pace_s``: the pause after each (0: back to back)."""
     spec = FineTuneSpec.from_dict({**SPEC, "name": "quiet"})
     timings: dict[str, list[float]] = {name: [] for name in CALLS}
     for _ in range(n):
@@ -65,6 +66,7 @@ def quiet_calls(client: Client, job_id: str, n: int) -> dict[str, list[float]]:
             t0 = time.perf_counter()
             call()
             timings[name].append(time.perf_counter() - t0)
+            time.sleep(pace_s)
     return timings
 
 
@@ -218,6 +220,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300, help="quiet-team calls of each kind, per phase")
     parser.add_argument("--team-streams", type=int, default=32, help="RAYFT_MAX_STREAMS_PER_TEAM (the noisy team opens all)")
+    parser.add_argument(
+        "--pace-ms",
+        type=float,
+        default=0.0,
+        help="the quiet team's pause after each call (0: back to back, which alone keeps the server's core ~90%% busy)",
+    )
     args = parser.parse_args()
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
@@ -237,7 +245,7 @@ def main() -> None:
             anchor = quiet.submit(FineTuneSpec.from_dict({**SPEC, "name": "quiet-anchor"}))
             quiet_calls(quiet, anchor.id, 60)  # warm up, and enough jobs that every list is a full page of 50
             cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
-            idle = summarize(quiet_calls(quiet, anchor.id, args.calls))
+            idle = summarize(quiet_calls(quiet, anchor.id, args.calls, args.pace_ms / 1000))
             idle_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
             print("idle:", json.dumps(idle), f"server CPU {idle_cpu:.0%}")
             ctx = multiprocessing.get_context("fork")
@@ -249,7 +257,7 @@ def main() -> None:
             ready.wait(120)
             time.sleep(2.0)  # every stream open, the reports flowing
             cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
-            loaded = summarize(quiet_calls(quiet, anchor.id, args.calls))
+            loaded = summarize(quiet_calls(quiet, anchor.id, args.calls, args.pace_ms / 1000))
             loaded_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
             stop.set()
             noisy.join(60)

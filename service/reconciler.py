@@ -49,6 +49,15 @@ class Reconciler:
         self.max_running_per_team = max_running_per_team
         self.cluster_autoscales = cluster_autoscales
         self.metrics = metrics
+        self._swept_until: float | None = None
+        """Jobs cancelled before this were checked in Ray by a pass that reached them all: each is checked
+        once (after a restart, those of the last ``SWEEP_ENDED_S``). Before, every pass asked Ray about every
+        job cancelled in the last ``SWEEP_ENDED_S``: a team that cancelled 1,500 jobs made each pass load and
+        parse 1,500 specs in the service's threads, which held the interpreter lock long enough to stall
+        other teams' calls by 25-50 ms (bench/tenant_bench.py)."""
+        self._swept: dict[str, float] = {}
+        """Jobs checked in the last second before ``_swept_until`` (job id -> when it ended), which the next
+        pass reads again: not asked about twice."""
         self._capacity: tuple[float, Capacity | None] | None = None
         """(when it was looked at, what the nodes held: ``None`` if Ray could not say)."""
         self.launch_paused = launch_paused
@@ -114,13 +123,20 @@ class Reconciler:
                     log.warning("Ray unreachable: %s", exc)
                 self.ray_reachable = False
                 return
-            reachable = True
-            for job in await self.store.ended_since(time.time() - self.SWEEP_ENDED_S):
+            reachable, started = True, time.time()
+            since = self._swept_until if self._swept_until is not None else started - self.SWEEP_ENDED_S
+            for job in await self.store.ended_since(since, JobState.CANCELLED):
+                if job.id in self._swept:
+                    continue
                 try:
                     await self._ensure_stopped(job)
                 except RayUnavailable:
                     reachable = False
                     break
+                self._swept[job.id] = job.updated_at
+            if reachable:  # a second's overlap: a cancel committed while this pass began is read again
+                self._swept_until = started - 1.0
+                self._swept = {job_id: ended for job_id, ended in self._swept.items() if ended >= self._swept_until}
             jobs = await self.store.active()
             launched = Counter(job.team for job in jobs if job.state is not JobState.QUEUED)
             for job in jobs:  # oldest first, so each team's queue is first come, first served

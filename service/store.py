@@ -109,8 +109,8 @@ class JobStore(Protocol):
     def active(self) -> list[JobRecord]:
         """Jobs not yet in a terminal state, oldest first."""
 
-    def ended_since(self, since: float) -> list[JobRecord]:
-        """Jobs in a terminal state whose last change was at or after ``since``."""
+    def ended_since(self, since: float, state: JobState | None = None) -> list[JobRecord]:
+        """Jobs in a terminal state (``state``, when given) whose last change was at or after ``since``."""
 
     def count_active(self, team: str) -> int: ...
 

@@ -143,6 +143,8 @@ def test_list_filters_and_pages_newest_first(store):
     assert store.count_active("team-a") == 6
     assert [j.id for j in store.ended_since(time.time() - 60)] == [jobs[0].id]
     assert store.ended_since(time.time() + 60) == []
+    assert [j.id for j in store.ended_since(time.time() - 60, JobState.CANCELLED)] == [jobs[0].id]
+    assert store.ended_since(time.time() - 60, JobState.FAILED) == []
     assert store.count_by_state() == {
         (JobState.QUEUED, "team-a"): 6,
         (JobState.CANCELLED, "team-a"): 1,
@@ -246,3 +248,28 @@ def store_job_after(job):
     import dataclasses
 
     return dataclasses.replace(job, last_seq=2)
+
+
+def test_a_read_does_not_wait_for_a_write_in_progress(store):
+    """Reads have connections of their own: with WAL they see the last commit while a writer holds the lock.
+    Before, a read waited for this process's writer lock, behind other teams' commits."""
+    job, _ = store.create(record())
+    holding, release = threading.Event(), threading.Event()
+
+    def write_slowly():
+        with store._tx() as db:  # the writer lock, held until released
+            db.execute("UPDATE jobs SET message = 'being written' WHERE id = ?", (job.id,))
+            holding.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    try:
+        assert holding.wait(30)
+        seen = store.get(job.id)  # the old lock would hold this for LOCK_TIMEOUT_S, then answer "busy"
+        assert seen.message == "" and writer.is_alive(), "the last committed state, read beside the open write"
+        assert store.count_active(job.team) == 1
+    finally:
+        release.set()
+        writer.join(30)
+    assert store.get(job.id).message == "being written"
