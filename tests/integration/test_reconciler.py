@@ -41,7 +41,9 @@ def test_each_cancelled_job_is_looked_for_in_ray_once_not_at_every_pass(ray_clus
         sync.transition(job.id, JobState.CANCELLED, "cancelled on request")
         cancelled.append(job.id)
     launcher = CountingLauncher(ray_cluster.jobs_api, "python")
-    reconciler = Reconciler(JobEvents(AsyncJobStore(sync)), launcher, "127.0.0.1:1", 60.0, launch_paused=True, launch_key=b"k" * 32)
+    reconciler = Reconciler(
+        JobEvents(AsyncJobStore(sync)), launcher, "127.0.0.1:1", 60.0, launch_paused=True, launch_key=b"k" * 32
+    )
 
     async def passes():
         await reconciler.once()
