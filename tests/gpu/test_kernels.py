@@ -84,3 +84,16 @@ def test_a_qlora_job_on_one_gpu_trains_with_the_kernels_and_learns(tiny_spec):
     assert summary.kernels == "liger (rope, rms_norm, swiglu)", summary.kernels  # the head is trained here
     assert summary.quantized_layers > 0 and summary.gpu_mem_peak_gb > 0
     assert summary.eval_loss < 0.5 * summary.initial_eval_loss, summary
+    assert summary.initial_eval_token_accuracy < summary.eval_token_accuracy, summary
+
+
+def test_with_the_fused_loss_evaluation_still_gets_logits_for_its_token_accuracy(tiny_spec):
+    """The fused linear cross-entropy skips the logits in training only: in eval mode they come back, and
+    the token accuracy reads them (ray_jobs.evaluation)."""
+    from ray_jobs.run import run
+
+    spec = qlora_gpu(tiny_spec)  # no trained head: the fused loss is on
+    spec = spec.replace(name="tiny-fused-eval", train=dataclasses.replace(spec.train, max_steps=10, eval_every=5))
+    summary = run(spec).summary
+    assert "fused_linear_cross_entropy" in summary.kernels, summary.kernels
+    assert summary.eval_token_accuracy is not None and 0 <= summary.eval_token_accuracy <= 1, summary
