@@ -321,11 +321,15 @@ def _export(checkpoint: Any, spec: FineTuneSpec, model_dir: str, target: Path) -
     with checkpoint.as_directory() as directory:
         saved = Path(directory)
         if (saved / "best_adapter").is_dir():  # an earlier step had the best evaluation (ray_jobs.best)
-            other = "last_adapter" if spec.output.adapter == "best" else "best_adapter"
-            chosen, kept = ("best_adapter", "adapter") if spec.output.adapter == "best" else ("adapter", "best_adapter")
+            # output.adapter picks adapter/; the other is kept beside it, named for what it is
+            chosen, kept, kept_as = (
+                ("best_adapter", "adapter", "last_adapter")
+                if spec.output.adapter == "best"
+                else ("adapter", "best_adapter", "best_adapter")
+            )
             shutil.copytree(saved / chosen, target, dirs_exist_ok=True)
-            shutil.copytree(saved / kept, target.parent / other, dirs_exist_ok=True)
-            exported.append(target.parent / other)
+            shutil.copytree(saved / kept, target.parent / kept_as, dirs_exist_ok=True)
+            exported.append(target.parent / kept_as)
         else:
             shutil.copytree(saved / "adapter", target, dirs_exist_ok=True)
     from ray_jobs.template import ChatEncoder

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rayft_contract.records import StateChange
-from rayft_contract.states import JobState, TransitionError
+from rayft_contract.states import TERMINAL, JobState, TransitionError
+from service.sqlite_locks import LOCK_TIMEOUT_S, Shared, Transaction, WriterLock
 from service.store import EventRecord, JobRecord, ReportOutOfOrder, StoreError, TokenRecord
 
 MIGRATIONS = [
@@ -54,12 +55,10 @@ MIGRATIONS = [
     ALTER TABLE tokens ADD COLUMN revoked_at REAL;
     """,
 ]
+_TERMINAL = sorted(s.value for s in TERMINAL)
 _UPDATABLE = {"ray_submission_id", "summary", "report_token_hash"}
 TOKEN_ID_LEN = 12
 """Hex digits of a token's hash that name it (48 bits: unique among any operator's tokens)."""
-LOCK_TIMEOUT_S = 5.0
-"""How long a call waits for the database lock before it answers "busy". Short, so that an outside
-writer (a backup, ``rayft token create``) delays calls by seconds, not half a minute."""
 
 
 def _faults(method):  # noqa: ANN001, ANN202 - a decorator: SQLite's exceptions become StoreError
@@ -121,7 +120,7 @@ class SqliteJobStore:
         reads shared the writer's connection and lock, so a GetJob or a refused CreateJob waited behind other
         teams' commits (an fsync each): p99 28 ms server-side for a refused CreateJob beside a noisy team."""
         if self.path == ":memory:":  # one database per connection: share the writer's
-            return _Shared(self._db, self._lock)
+            return Shared(self._db, self._lock)
         reader = getattr(self._local, "reader", None)
         if reader is None:
             reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=LOCK_TIMEOUT_S)
@@ -140,8 +139,8 @@ class SqliteJobStore:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {number}")
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self._lock)
+    def _tx(self) -> Transaction:
+        return Transaction(self._db, self._lock)
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -230,7 +229,7 @@ class SqliteJobStore:
             return True
 
     def active(self) -> list[JobRecord]:
-        terminal = [s.value for s in JobState if s.is_terminal]
+        terminal = _TERMINAL
         with self._read() as db:
             rows = db.execute(
                 f"SELECT * FROM jobs WHERE state NOT IN ({','.join('?' * len(terminal))}) ORDER BY created_at", terminal
@@ -238,7 +237,7 @@ class SqliteJobStore:
             return [_job(r) for r in rows.fetchall()]
 
     def ended_since(self, since: float, state: JobState | None = None) -> list[JobRecord]:
-        terminal = [state.value] if state is not None else [s.value for s in JobState if s.is_terminal]
+        terminal = [state.value] if state is not None else _TERMINAL
         with self._read() as db:
             rows = db.execute(
                 f"SELECT * FROM jobs WHERE state IN ({','.join('?' * len(terminal))}) AND updated_at >= ? ORDER BY updated_at",
@@ -247,7 +246,7 @@ class SqliteJobStore:
             return [_job(r) for r in rows.fetchall()]
 
     def count_active(self, team: str) -> int:
-        terminal = [s.value for s in JobState if s.is_terminal]
+        terminal = _TERMINAL
         with self._read() as db:
             row = db.execute(
                 f"SELECT COUNT(*) FROM jobs WHERE team = ? AND state NOT IN ({','.join('?' * len(terminal))})", (team, *terminal)
@@ -337,67 +336,12 @@ class SqliteJobStore:
         return _token(row) if row else None
 
     def close(self) -> None:
-        with _Locked(self._lock):
+        with WriterLock(self._lock):
             self._db.close()
         with self._readers_lock:
             for reader in self._readers:
                 reader.close()
             self._readers.clear()
-
-
-class _Locked:
-    """``with``: this process's lock on the connection, or ``StoreError("busy")`` after ``LOCK_TIMEOUT_S``."""
-
-    def __init__(self, lock: threading.RLock):
-        self.lock = lock
-
-    def __enter__(self) -> None:
-        if not self.lock.acquire(timeout=LOCK_TIMEOUT_S):
-            raise StoreError("busy", f"the job store is busy: a call has held it for over {LOCK_TIMEOUT_S:.0f} s; retry")
-
-    def __exit__(self, *exc: Any) -> None:
-        self.lock.release()
-
-
-class _Shared:
-    """``with``: the writer's connection under its lock (an in-memory store has no other)."""
-
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock):
-        self.db, self.lock = db, lock
-
-    def __enter__(self) -> sqlite3.Connection:
-        _Locked(self.lock).__enter__()
-        return self.db
-
-    def __exit__(self, *exc: Any) -> None:
-        self.lock.release()
-
-
-class _Transaction:
-    """``with store._tx() as db:`` holds the writer lock and commits (or rolls back) one transaction."""
-
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock):
-        self.db, self.lock = db, lock
-
-    def __enter__(self) -> sqlite3.Connection:
-        _Locked(self.lock).__enter__()
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-        except BaseException:
-            self.lock.release()
-            raise
-        return self.db
-
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
-        try:
-            if not exc_type:
-                self.db.execute("COMMIT")
-        finally:
-            try:
-                if self.db.in_transaction:  # an error, or a COMMIT that failed; SQLite rolls some back itself
-                    self.db.execute("ROLLBACK")
-            finally:
-                self.lock.release()
 
 
 def _token(row: sqlite3.Row) -> TokenRecord:
