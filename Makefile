@@ -13,7 +13,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e ".[all,dev]"
 	touch $@
 
-install: $(VENV)/.installed
+# checkov (tests/k8s scans the manifests) in a venv of its own: its pins clash with ours.
+$(VENV)/checkov/.installed: $(VENV)/.installed constraints-checkov.txt
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install -q -c constraints-checkov.txt checkov
+	touch $@
+
+install: $(VENV)/.installed $(VENV)/checkov/.installed
 
 demo: install             ## train the tiny model on 2 CPU workers (local Ray), print the adapter's path
 	$(VENV)/bin/rayft demo

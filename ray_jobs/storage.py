@@ -4,6 +4,11 @@ S3 settings come from the environment, so the same spec works against AWS, MinIO
 S3-compatible store: ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) for the endpoint,
 ``AWS_REGION``/``AWS_DEFAULT_REGION``, and the usual credential variables. Ray Train gets the same
 filesystem object (``RunConfig(storage_filesystem=...)``), so checkpoints land beside the adapter.
+
+On a shared cluster each team's keys are its own: the service names the job's team (``RAYFT_TEAM``) and
+the Ray nodes mount one Secret per team under ``RAYFT_TEAM_CREDENTIALS_DIR`` (``k8s/base/raycluster.yaml``).
+Every S3 filesystem the job makes, in its driver, its Train workers and its Ray Data tasks, then signs
+with its team's keys. Only the team's name travels in Ray's runtime environment, never a key.
 """
 
 from __future__ import annotations
@@ -77,4 +82,31 @@ def s3_filesystem() -> Any:
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         kwargs["region"] = region
+    keys = team_credentials()
+    if keys:
+        kwargs.update(
+            access_key=keys["AWS_ACCESS_KEY_ID"],
+            secret_key=keys["AWS_SECRET_ACCESS_KEY"],
+            session_token=keys.get("AWS_SESSION_TOKEN", ""),
+        )
     return pafs.S3FileSystem(**kwargs)
+
+
+CREDENTIAL_FILES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def team_credentials() -> dict[str, str]:
+    """The job's team's S3 keys: ``{RAYFT_TEAM_CREDENTIALS_DIR}/{RAYFT_TEAM}/AWS_ACCESS_KEY_ID`` and the rest,
+    one file per key (a Secret's layout). Empty where either is unset or the team has no folder: then the
+    usual chain (environment, the node's workload identity) signs. A folder with one key but not the other
+    is an operator's mistake and fails loudly, rather than falling back to the nodes' identity."""
+    root, team = os.environ.get("RAYFT_TEAM_CREDENTIALS_DIR"), os.environ.get("RAYFT_TEAM")
+    if not root or not team:
+        return {}
+    if team in (".", "..") or "/" in team or "\\" in team:
+        raise ValueError(f"RAYFT_TEAM={team!r} is not one path component")
+    folder = Path(root) / team
+    keys = {name: (folder / name).read_text().strip() for name in CREDENTIAL_FILES if (folder / name).is_file()}
+    if keys and not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= keys.keys():
+        raise ValueError(f"{folder} holds {sorted(keys)}: a team's credentials need AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+    return keys

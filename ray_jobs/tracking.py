@@ -16,6 +16,10 @@ Weights & Biases (``tracking.wandb``) gets its own run object (``reinit="create_
 reason, named and tagged as the MLflow run, with the spec as its config. Offline by default: the run is
 written to ``wandb/`` in the run directory, with no network, for ``wandb sync`` later. W&B's own
 system-metrics sampler is off: the job reports its GPU memory and speed itself.
+
+Ray's own metrics (:class:`_RayMetrics`) carry the same figures, tagged with the job's id and team, for
+the Ray dashboard's Metrics view and for Prometheus, which scrapes every Ray node's export port
+(``ray_rayft_job_*``; ``k8s/monitoring``). They need no setting: every job on a Ray cluster has them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray_jobs.profile import step_flops
 from rayft_contract.records import JobSummary, Progress
 from rayft_contract.spec import FineTuneSpec
 
@@ -52,6 +57,7 @@ class Trackers:
     tensorboard: Any
     mlflow: _MlflowRun | None = None
     wandb: _WandbRun | None = None
+    ray: _RayMetrics | None = None
 
     @classmethod
     def open(cls, spec: FineTuneSpec, staging: Path, owner: str) -> Trackers:
@@ -59,7 +65,7 @@ class Trackers:
 
         mlflow = _MlflowRun.start(spec, staging, owner) if spec.tracking.mlflow else None
         wandb = _WandbRun.start(spec, staging, owner) if spec.tracking.wandb else None
-        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow, wandb)
+        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow, wandb, _RayMetrics.start(spec, owner))
 
     def add(self, report: Progress) -> None:
         if report.final:  # the closing report: step records only
@@ -72,6 +78,8 @@ class Trackers:
             self.mlflow.log(values, report.step)
         if self.wandb is not None:
             self.wandb.log(values, report.step)
+        if self.ray is not None:
+            self.ray.set(report, values)
 
     def finish(self, summary: JobSummary | None) -> None:
         if summary is not None:
@@ -88,6 +96,64 @@ class Trackers:
             self.mlflow.end(summary)
         if self.wandb is not None:
             self.wandb.end(summary)
+
+
+RAY_GAUGES = {
+    "step": "The job's last reported optimizer step.",
+    "loss": "Training loss at the last report.",
+    "eval_loss": "Loss on the eval split at the last evaluation.",
+    "tokens_per_s": "Real (non-padding) tokens trained per second over the last report's steps, all workers.",
+    "mfu": "Model FLOPs utilization over the last report's steps (GPU jobs of a known GPU).",
+    "data_wait_frac": "Share of the last report's step time spent waiting for data.",
+    "gpu_mem_peak_gb": "Peak GPU memory of rank 0 so far, GB.",
+}
+"""Ray gauges, each ``rayft_job_<name>`` (``ray_rayft_job_<name>`` in Prometheus), tagged job_id and team."""
+
+
+@dataclasses.dataclass
+class _RayMetrics:
+    """The job's figures as Ray gauges, set on the driver at every report.
+
+    Ray keeps a gauge's value while the process that set it lives: the driver's, so a finished job's
+    series end with its driver. Tags are the job's id (the service's, else the spec's name) and its team:
+    no path or spec, because Prometheus is read more widely than a job's own run directory."""
+
+    gauges: dict[str, Any]
+    tags: dict[str, str]
+
+    @classmethod
+    def start(cls, spec: FineTuneSpec, owner: str) -> _RayMetrics | None:
+        import ray
+
+        if not ray.is_initialized():  # a driver off any cluster (some unit tests): nowhere to export to
+            return None
+        from ray.util.metrics import Gauge
+
+        gauges = {
+            name: Gauge(f"rayft_job_{name}", description=text, tag_keys=("job_id", "team")) for name, text in RAY_GAUGES.items()
+        }
+        return cls(gauges, {"job_id": os.environ.get("RAYFT_JOB_ID") or spec.name, "team": owner})
+
+    def set(self, report: Progress, values: dict[str, float]) -> None:
+        values = {**values, "step": float(report.step)}
+        mfu = _live_mfu(report)
+        if mfu is not None:
+            values["mfu"] = mfu
+        for name, value in values.items():
+            if name in self.gauges:
+                self.gauges[name].set(value, tags=self.tags)
+
+
+def _live_mfu(report: Progress) -> float | None:
+    """MFU over the steps this report covers, by the same FLOP count as the summary's (``profile.step_flops``)."""
+    facts = report.facts
+    if facts is None or facts.model_shape is None or not facts.peak_flops or not report.step_timing:
+        return None
+    wall = sum(s.training_wall for s in report.step_timing)
+    if wall <= 0:
+        return None
+    model = sum(step_flops(facts.model_shape, s.tokens, s.attn_ctx)[0] for s in report.step_timing)
+    return model / wall / (facts.peak_flops * facts.world_size)
 
 
 @dataclasses.dataclass

@@ -120,6 +120,7 @@ class RayJobLauncher:
         env = {
             **self.report_env,
             "RAYFT_JOB_ID": job.id,
+            "RAYFT_TEAM": job.team,  # which team's storage keys the job signs with (ray_jobs/storage.py)
             "RAYFT_REPORT_ADDRESS": report_address,
             "RAYFT_LAUNCH_TICKET": launch_ticket,
         }

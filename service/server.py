@@ -360,14 +360,15 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     interceptors = [metrics.interceptor(), StoreFaults()]  # outermost first: a store fault is counted by its status
     server = grpc.aio.server(options=options, interceptors=interceptors)
     port = _bind(server, f"{settings.host}:{settings.port}", server_credentials(settings, client_certs=True))
-    endpoints, report_port = [server], port  # where JobReporting and health are served
-    if settings.tls_client_ca is not None:
+    reporting_at, report_port = server, port  # where JobReporting is served
+    if settings.tls_client_ca is not None or settings.report_port:
         # Mutual TLS admits team clients by certificate; running jobs hold no certificate (a key in Ray's
         # runtime environment would be readable by anyone who reaches the dashboard), so they report on
-        # a port of their own: TLS, and the job's token. gRPC asks for client certificates per port.
-        report_server = grpc.aio.server(options=options, interceptors=interceptors)
-        report_port = _bind(report_server, f"{settings.host}:{settings.report_port}", server_credentials(settings, False))
-        endpoints.append(report_server)
+        # a port of their own: TLS, and the job's token. gRPC asks for client certificates per port. A
+        # port of their own also lets a NetworkPolicy open reporting to the Ray pods alone (k8s/).
+        reporting_at = grpc.aio.server(options=options, interceptors=interceptors)
+        report_port = _bind(reporting_at, f"{settings.host}:{settings.report_port}", server_credentials(settings, False))
+    endpoints = list(dict.fromkeys([server, reporting_at]))  # health on each
     servers = list(endpoints)
     if settings.health_port is not None:
         probe_server = grpc.aio.server(options=KEEPALIVE)
@@ -398,8 +399,8 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     )
     reporting = JobReportingServicer(store, events, launch_key, metrics)
     pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy, metrics), server)
+    pb_grpc.add_JobReportingServicer_to_server(reporting, reporting_at)
     for each in endpoints:
-        pb_grpc.add_JobReportingServicer_to_server(reporting, each)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, each)
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     for each in servers:

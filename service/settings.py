@@ -46,7 +46,8 @@ class ServiceSettings:
     """PEM roots that sign team clients' certificates (``RAYFT_TLS_CLIENT_CA``): mutual TLS on the team API.
     Running jobs then report on ``report_port``, where a job's token, not a certificate, admits it."""
     report_port: int = 0
-    """With mutual TLS, the port of the job-reporting endpoint (``RAYFT_REPORT_PORT``; 0 picks a free one)."""
+    """The port running jobs report on (``RAYFT_REPORT_PORT``), apart from the team API; 0: with mutual TLS a
+    free one, without it the API's own port. Apart, a NetworkPolicy can open it to the Ray pods alone."""
     report_tls_ca: Path | None = None
     """PEM roots jobs verify this service's certificate with (``RAYFT_REPORT_TLS_CA``); it travels to the job
     (a CA certificate is public). Unset with TLS on: the system's roots on the Ray nodes."""

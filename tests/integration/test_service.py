@@ -255,7 +255,8 @@ def assert_the_ray_dashboard_shows_no_lasting_secret(server, ray_cluster, job):
 
     runtime_env = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env
     env = runtime_env["env_vars"]
-    assert set(env) == {"RAYFT_JOB_ID", "RAYFT_REPORT_ADDRESS", "RAYFT_LAUNCH_TICKET"}
+    assert set(env) == {"RAYFT_JOB_ID", "RAYFT_TEAM", "RAYFT_REPORT_ADDRESS", "RAYFT_LAUNCH_TICKET"}
+    assert env["RAYFT_TEAM"] == job.team  # a name, which picks the team's storage keys on the nodes; never a key
     assert job.spec.data.path not in json.dumps(runtime_env)
     reporting = pb_grpc.JobReportingStub(grpc.insecure_channel(server.address))
     ticket = [("authorization", f"Bearer {env['RAYFT_LAUNCH_TICKET']}")]
@@ -605,13 +606,31 @@ def test_tls_with_and_without_client_certificates_and_no_plaintext_off_loopback(
             client._stub.ListJobs(pb.ListJobsRequest(), metadata=client._metadata, timeout=20)
         return info.value.code()
 
-    # TLS: a client that trusts the CA works; a plaintext one does not get through.
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy, RAYFT_LAUNCH_PAUSED="1", **tls_env(certs, mutual=False))
+    def claim(address: str) -> grpc.StatusCode:
+        reporting = pb_grpc.JobReportingStub(grpc.secure_channel(address, client_tls(certs, None).credentials()))
+        with pytest.raises(grpc.RpcError) as info:  # through TLS without a client certificate, to the ticket check
+            reporting.ClaimJob(pb.ClaimJobRequest(job_id=created.id), metadata=[("authorization", "Bearer rftl_x")], timeout=20)
+        return info.value.code()
+
+    # TLS: a client that trusts the CA works; a plaintext one does not get through. Jobs report on a port
+    # of their own (RAYFT_REPORT_PORT, which k8s/overlays/prod opens to the Ray pods alone), not on the API's.
+    report_port = free_port()
+    srv = Server(
+        tmp_path / "service",
+        "http://127.0.0.1:9",
+        policy,
+        RAYFT_LAUNCH_PAUSED="1",
+        RAYFT_REPORT_PORT=str(report_port),
+        **tls_env(certs, mutual=False),
+    )
     srv.start()
     try:
         created = Client(srv.address, token, tls=client_tls(certs, None)).submit(job)
         assert created.state == pb.QUEUED
         assert refused(Client(srv.address, token, tls=TlsConfig())) == grpc.StatusCode.UNAVAILABLE
+        assert srv.log.read_text().rsplit("jobs report to ", 1)[1].split(";")[0] == f"127.0.0.1:{report_port}"
+        assert claim(f"127.0.0.1:{report_port}") == grpc.StatusCode.UNAUTHENTICATED
+        assert claim(srv.address) == grpc.StatusCode.UNIMPLEMENTED
     finally:
         srv.stop()
 
@@ -641,10 +660,7 @@ def test_tls_with_and_without_client_certificates_and_no_plaintext_off_loopback(
         assert refused(Client(srv.address, token, tls=client_tls(certs, "stranger"))) == grpc.StatusCode.UNAVAILABLE
         report_address = srv.log.read_text().rsplit("jobs report to ", 1)[1].split(";")[0]
         assert report_address != srv.address
-        reporting = pb_grpc.JobReportingStub(grpc.secure_channel(report_address, client_tls(certs, None).credentials()))
-        with pytest.raises(grpc.RpcError) as info:  # through TLS without a client certificate, to the ticket check
-            reporting.ClaimJob(pb.ClaimJobRequest(job_id=created.id), metadata=[("authorization", "Bearer rftl_x")])
-        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert claim(report_address) == grpc.StatusCode.UNAUTHENTICATED
     finally:
         srv.stop()
 

@@ -33,6 +33,12 @@ def test_tensorboard_is_live_and_mlflow_and_wandb_have_the_jobs_metrics_and_para
     summary = run(spec, on_event=on_event).summary
     assert seen_while_running and seen_while_running[0] > 0, "TensorBoard had the first steps before the job ended"
 
+    # Ray's metrics, as Prometheus scrapes them from the node's export port: tagged with the job and its team.
+    series = wait_for_ray_series("ray_rayft_job_step", job_id="tiny-tracked", value=20.0)
+    assert series["team"].startswith("local:")
+    assert ray_series("ray_rayft_job_tokens_per_s", job_id="tiny-tracked")["value"] > 0
+    assert ray_series("ray_rayft_job_loss", job_id="tiny-tracked")["value"] == pytest.approx(summary.final_loss, rel=1e-4)
+
     from mlflow import MlflowClient
 
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
@@ -64,6 +70,37 @@ def test_tensorboard_is_live_and_mlflow_and_wandb_have_the_jobs_metrics_and_para
     summaries = [{_name(i) for i in r.summary.update} for r in records if r.WhichOneof("record_type") == "summary"]
     assert any("steady_tokens_per_s" in names for names in summaries), "the closing figures are in the run's summary"
     assert [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"] == [0]
+
+
+def ray_series(name: str, **tags: str) -> dict | None:
+    """The sample of ``name`` whose labels include ``tags``, from the local Ray node's Prometheus export."""
+    import re
+    import urllib.request
+
+    import ray
+
+    (port,) = {n["MetricsExportPort"] for n in ray.nodes() if n["Alive"]}
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(1)))
+            if tags.items() <= labels.items():
+                return {**labels, "value": float(match.group(2))}
+    return None
+
+
+def wait_for_ray_series(name: str, value: float, **tags: str) -> dict:
+    """Ray's agent exports what the driver set every few seconds: wait for the value, not for a time."""
+    import time
+
+    deadline, found = time.monotonic() + 120, None
+    while time.monotonic() < deadline:
+        found = ray_series(name, **tags)
+        if found is not None and found["value"] == value:
+            return found
+        time.sleep(1)
+    raise AssertionError(f"{name}{tags} never reached {value}: last {found}")
 
 
 def _name(item) -> str:  # noqa: ANN001
