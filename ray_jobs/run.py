@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -152,7 +153,7 @@ class _Job:
 
         with profile.phase("trainer_setup"):
             queue = Queue()
-            trainer = _trainer(spec, loop, prepared.datasets, self.run_dir, queue)
+            trainer = _trainer(spec, loop, prepared.datasets, self.run_dir, queue, self.identity.owner)
         emit(Event("phase", JobPhase("training", prepared.cache.describe(), total_steps).to_dict()))
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
@@ -247,9 +248,20 @@ class _Job:
         return summary
 
 
-def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: storage.Location, queue: Any) -> Any:
+def train_run_name(spec: FineTuneSpec, owner: str) -> str:
+    """``team.name.job-id`` for a job of the service (``RAYFT_JOB_ID``; its relaunches keep the id, so a
+    resumed run finds its folder), the spec's name otherwise, where a re-run of the name resumes."""
+    job_id = os.environ.get("RAYFT_JOB_ID")
+    return f"{owner}.{spec.name}.{job_id}" if job_id else spec.name
+
+
+def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: storage.Location, queue: Any, owner: str) -> Any:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
+
+    # The dashboard's Train view (runs, their workers and status) is empty unless the driver turns Ray
+    # Train's state tracking on (off by default in 2.60): one detached actor, no CPU.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
 
     from ray_jobs.events import ForwardReports
     from ray_jobs.train_loop import train_loop_per_worker
@@ -263,9 +275,9 @@ def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: s
             resources_per_worker={"CPU": spec.scaling.cpus_per_worker},
         ),
         run_config=RunConfig(
-            # The Train run carries the job's name in the Ray dashboard (every run was "ray" before); it is
-            # also the storage folder a re-run resumes from. The Ray job itself carries the team and job id.
-            name=spec.name,
+            # The Train run's name in the Ray dashboard (every run was "ray" before); also the storage folder
+            # a re-run resumes from. The dashboard links it to its Ray job, whose metadata has the rest.
+            name=train_run_name(spec, owner),
             storage_path=run_dir.path,
             storage_filesystem=run_dir.fs,
             callbacks=[ForwardReports(queue)],

@@ -42,6 +42,10 @@ class Capacity:
 
     nodes: tuple[dict[str, float], ...]
 
+    @property
+    def gpus(self) -> float:
+        return sum(n.get("GPU", 0.0) for n in self.nodes)
+
     def refusal(self, spec: FineTuneSpec) -> str | None:
         """Why ``spec``'s workers can never all be placed on these nodes, naming the field and the fix; ``None``
         when they fit (idle or not: Ray's queue handles a busy cluster).
@@ -49,7 +53,7 @@ class Capacity:
         Ray Train asks for ``num_workers`` identical bundles (``cpus_per_worker`` CPUs, and 1 GPU with
         ``use_gpu``), so the workers fit when the nodes' whole bundles add up to ``num_workers``."""
         s = spec.scaling
-        gpus = sum(n.get("GPU", 0.0) for n in self.nodes)
+        gpus = self.gpus
         cpus = max((n.get("CPU", 0.0) for n in self.nodes), default=0.0)
         if s.use_gpu and gpus == 0:
             return "scaling.use_gpu: the Ray cluster has no GPU; set scaling.use_gpu false, or add GPU nodes"

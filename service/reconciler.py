@@ -1,7 +1,8 @@
 """Keeps the store in step with Ray: launches queued jobs, and follows launched ones to their end.
 
-Each team has at most ``max_running_per_team`` jobs launched (STARTING or RUNNING) at a time; the rest
-wait QUEUED, in the order they came. That is a quota, not a scheduler: Ray places what is launched.
+Which queued jobs launch, and why the others wait, is ``service.admission``: each team's quota of
+launched jobs (``max_running_per_team``) and its fair share of the cluster's GPUs. A waiting job's reason
+joins its events whenever it changes (``waiting for 2 GPUs; 1 free``). Ray places what is launched.
 
 It runs every ``reconcile_interval_s`` and after every CreateJob, also right after the service
 starts, so jobs that ran (or ended) while the service was down are picked up where they are.
@@ -12,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 
-from rayft_contract.records import Failure
+from rayft_contract.records import Failure, JobPhase
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.states import JobState, TransitionError
 from service import auth
+from service.admission import admit
 from service.launcher import Capacity, Launcher, LaunchRejected, RayUnavailable
 from service.metrics import ServiceMetrics
 from service.progress import JobEvents
@@ -43,11 +44,19 @@ class Reconciler:
         launch_key: bytes,
         max_running_per_team: int = 2,
         cluster_autoscales: bool = False,
+        cluster_gpus: float | None = None,
         metrics: ServiceMetrics | None = None,
     ):
         self.events, self.store, self.launch_key = events, events.store, launch_key
         self.max_running_per_team = max_running_per_team
         self.cluster_autoscales = cluster_autoscales
+        self.cluster_gpus = cluster_gpus
+        """The GPUs launched jobs may hold at once; ``None``: the alive nodes' on a fixed cluster, no limit on
+        one that autoscales (whose autoscaler adds nodes only for jobs Ray already has)."""
+        self._waiting: dict[str, str] = {}
+        """Queued job id -> the reason last added to its events (a new event only when it changes)."""
+        self._gpus: dict[str, int] = {}
+        """Active job id -> the GPUs it asks for (its spec is parsed once, not at every pass)."""
         self.metrics = metrics
         self._swept_until: float | None = None
         """Jobs cancelled before this were checked in Ray by a pass that reached them all: each is checked
@@ -96,6 +105,11 @@ class Reconciler:
         (the job then queues, and launches once Ray is back)."""
         if self.cluster_autoscales or self.launch_paused:
             return None
+        nodes = await self._nodes()
+        return nodes.refusal(spec) if nodes is not None else None
+
+    async def _nodes(self) -> Capacity | None:
+        """The cluster's alive nodes, looked at most every ``CAPACITY_TTL_S``; ``None`` when Ray cannot say."""
         if self._capacity is None or time.monotonic() - self._capacity[0] > self.CAPACITY_TTL_S:
             try:
                 nodes: Capacity | None = await asyncio.to_thread(self.launcher.capacity)
@@ -103,8 +117,21 @@ class Reconciler:
                 log.info("no capacity check for %s s: %s", self.CAPACITY_TTL_S, exc)
                 nodes = None
             self._capacity = (time.monotonic(), nodes)
-        nodes = self._capacity[1]
-        return nodes.refusal(spec) if nodes is not None else None
+        return self._capacity[1]
+
+    async def _gpu_limit(self) -> float | None:
+        if self.cluster_gpus is not None:
+            return self.cluster_gpus
+        if self.cluster_autoscales:
+            return None
+        nodes = await self._nodes()
+        return nodes.gpus if nodes is not None else None
+
+    def _gpus_of(self, job: JobRecord) -> int:
+        if job.id not in self._gpus:
+            scaling = FineTuneSpec.from_dict(job.spec).scaling
+            self._gpus[job.id] = scaling.num_workers if scaling.use_gpu else 0
+        return self._gpus[job.id]
 
     async def shutdown(self) -> None:
         """Let the pass in flight finish (a launch must not be cut between submit and record), then one
@@ -137,24 +164,36 @@ class Reconciler:
             if reachable:  # a second's overlap: a cancel committed while this pass began is read again
                 self._swept_until = started - 1.0
                 self._swept = {job_id: ended for job_id, ended in self._swept.items() if ended >= self._swept_until}
-            jobs = await self.store.active()
-            launched = Counter(job.team for job in jobs if job.state is not JobState.QUEUED)
-            for job in jobs:  # oldest first, so each team's queue is first come, first served
-                try:
-                    if job.state is JobState.QUEUED:
-                        if not self.launch_paused and launched[job.team] < self.max_running_per_team:
-                            launched[job.team] += 1
+            jobs = await self.store.active()  # oldest first
+            active = {job.id for job in jobs}
+            self._gpus = {i: n for i, n in self._gpus.items() if i in active}
+            self._waiting = {i: reason for i, reason in self._waiting.items() if i in active}
+            ended: set[str] = set()
+            try:
+                for job in jobs:  # follow the launched ones first: a job that ended frees its share for this pass
+                    if job.state is not JobState.QUEUED and await self._sync(job):
+                        ended.add(job.id)
+                if not self.launch_paused:
+                    admission = admit(
+                        [job for job in jobs if job.id not in ended],
+                        self._gpus_of,
+                        max_running_per_team=self.max_running_per_team,
+                        cluster_gpus=await self._gpu_limit(),
+                    )
+                    for job in admission.launch:
+                        try:
                             await self._launch(job)
-                    else:
-                        await self._sync(job)
-                except LaunchRejected as exc:  # this job's own fault: it fails alone, the others go on
-                    self._count_failure("rejected")
-                    await self._end(job, JobState.FAILED, f"Ray rejected the submission: {exc}")
-                except RayUnavailable as exc:
-                    self._count_failure("unavailable")
-                    reachable = False
-                    log.warning("Ray unreachable; job %s stays %s: %s", job.id, job.state.value, exc)
-                    break
+                        except LaunchRejected as exc:  # this job's own fault: it fails alone, the others go on
+                            self._count_failure("rejected")
+                            await self._end(job, JobState.FAILED, f"Ray rejected the submission: {exc}")
+                    for job_id, reason in admission.waiting.items():
+                        if self._waiting.get(job_id) != reason:
+                            self._waiting[job_id] = reason
+                            await self.events.append(job_id, "phase", JobPhase("queued", reason).to_dict())
+            except RayUnavailable as exc:
+                self._count_failure("unavailable")
+                reachable = False
+                log.warning("Ray unreachable; launches and syncs wait for the next pass: %s", exc)
             self.ray_reachable = reachable
 
     async def _ensure_stopped(self, job: JobRecord) -> None:
@@ -178,11 +217,12 @@ class Reconciler:
         except TransitionError:  # cancelled while the submission was in flight
             await asyncio.to_thread(self.launcher.stop, submission_id)
 
-    async def _sync(self, job: JobRecord) -> None:
+    async def _sync(self, job: JobRecord) -> bool:
+        """Follow a launched job in Ray; ``True`` when it has ended."""
         found = await asyncio.to_thread(self.launcher.status, job.ray_submission_id)
         if found is None:
             await self._end(job, JobState.FAILED, "Ray has no record of this job (was the cluster replaced?)")
-            return
+            return True
         status, message = found
         if status == "SUCCEEDED":
             await self._end(job, JobState.SUCCEEDED, "")
@@ -190,6 +230,9 @@ class Reconciler:
             await self._end(job, JobState.FAILED, await self._failure_reason(job) or message or "the Ray job failed")
         elif status == "STOPPED":
             await self._end(job, JobState.CANCELLED, "stopped in Ray")
+        else:
+            return False
+        return True
 
     async def _end(self, job: JobRecord, state: JobState, message: str) -> None:
         try:

@@ -11,7 +11,9 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import signal
+import sys
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -395,6 +397,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         launch_key=launch_key,
         max_running_per_team=settings.max_running_jobs_per_team,
         cluster_autoscales=settings.cluster_autoscales,
+        cluster_gpus=settings.cluster_gpus,
         metrics=metrics,
     )
     reporting = JobReportingServicer(store, events, launch_key, metrics)
@@ -433,6 +436,8 @@ async def serve(settings: ServiceSettings, store: JobStore, policy: PathPolicy, 
     # out of the collector's view, a full collection pauses the loop 4-6 ms instead of 45-68 ms
     # (measured beside a noisy team in bench/tenant_bench.py).
     gc.freeze()
+    if os.environ.get("RAYFT_EXPERIMENT_SWITCH_MS"):  # EXPERIMENT, not to land
+        sys.setswitchinterval(float(os.environ["RAYFT_EXPERIMENT_SWITCH_MS"]) / 1000)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

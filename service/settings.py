@@ -68,6 +68,11 @@ class ServiceSettings:
     cluster_autoscales: bool = False
     """The Ray cluster adds nodes on demand (``RAYFT_CLUSTER_AUTOSCALES=1``, e.g. KubeRay's autoscaler): then a job
     larger than the nodes running now is queued, not refused as one that can never be placed."""
+    cluster_gpus: float | None = None
+    """The GPUs rayft's launched jobs may hold at once (``RAYFT_CLUSTER_GPUS``): a GPU job launches only when
+    that many are free of the jobs already launched, teams taking turns by the GPUs they hold
+    (``service/admission.py``). Unset: the alive nodes' GPUs on a fixed cluster, no limit on one that
+    autoscales. Set it on an autoscaling cluster to the most GPUs it can grow to (KubeRay's maxReplicas)."""
     reconcile_interval_s: float = 2.0
     """How often queued jobs are launched and running ones checked against Ray."""
     grace_s: float = 10.0
@@ -87,6 +92,8 @@ class ServiceSettings:
                 f"plaintext only on loopback, not {self.host!r}: give the service a certificate "
                 "(--tls-cert/--tls-key or RAYFT_TLS_CERT/RAYFT_TLS_KEY), so tokens never cross the network in clear"
             )
+        if self.cluster_gpus is not None and not self.cluster_gpus >= 0:
+            raise ValueError(f"cluster_gpus (RAYFT_CLUSTER_GPUS): a number of GPUs, 0 or more, not {self.cluster_gpus!r}")
 
     @property
     def tls(self) -> bool:
@@ -100,7 +107,7 @@ class ServiceSettings:
             "port": int(env.get("RAYFT_PORT", cls.port)),
             "data_dir": Path(env.get("RAYFT_DATA_DIR", str(cls.data_dir))),
             "ray_address": env.get("RAYFT_RAY_ADDRESS") or None,
-            "auth": env.get("RAYFT_AUTH", "1") not in ("0", "false", "no"),
+            "auth": _flag(env, "RAYFT_AUTH", True),
             "policy_file": env.get("RAYFT_POLICY") or None,
             "max_active_jobs_per_team": int(env.get("RAYFT_MAX_ACTIVE_JOBS", cls.max_active_jobs_per_team)),
             "max_running_jobs_per_team": int(env.get("RAYFT_MAX_RUNNING_JOBS", cls.max_running_jobs_per_team)),
@@ -115,8 +122,9 @@ class ServiceSettings:
             "metrics_port": int(env["RAYFT_METRICS_PORT"]) if env.get("RAYFT_METRICS_PORT") else None,
             "report_tls_ca": env.get("RAYFT_REPORT_TLS_CA") or None,
             "job_python": env.get("RAYFT_JOB_PYTHON", sys.executable),
-            "launch_paused": env.get("RAYFT_LAUNCH_PAUSED", "0") not in ("0", "false", "no", ""),
-            "cluster_autoscales": env.get("RAYFT_CLUSTER_AUTOSCALES", "0") not in ("0", "false", "no", ""),
+            "launch_paused": _flag(env, "RAYFT_LAUNCH_PAUSED", False),
+            "cluster_autoscales": _flag(env, "RAYFT_CLUSTER_AUTOSCALES", False),
+            "cluster_gpus": float(env["RAYFT_CLUSTER_GPUS"]) if env.get("RAYFT_CLUSTER_GPUS") else None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["data_dir"] = Path(values["data_dir"])  # type: ignore[arg-type]
@@ -124,3 +132,10 @@ class ServiceSettings:
             if values[name] is not None:
                 values[name] = Path(values[name])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _flag(env: os._Environ[str] | dict[str, str], name: str, default: bool) -> bool:
+    """An on/off variable: ``0``, ``false`` or ``no`` (any case) is off, anything else on; unset or empty is the
+    default (so an empty ``RAYFT_AUTH=`` never turns auth off)."""
+    value = (env.get(name) or "").strip().lower()
+    return default if not value else value not in ("0", "false", "no")

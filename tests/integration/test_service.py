@@ -170,6 +170,14 @@ def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray
         "SUCCEEDED",
         "JobStatus.SUCCEEDED",
     )
+    # The dashboard's Train view names the run after the team, the job and its id, and links it to the
+    # Ray job above (whose metadata holds the model and the dataset).
+    import json
+    import urllib.request
+
+    runs = json.loads(urllib.request.urlopen(f"{ray_cluster.jobs_api}/api/train/v2/runs/v1", timeout=30).read())["train_runs"]
+    (run,) = [r for r in runs if r["name"] == f"team-a.svc-ok.{job.id}"]
+    assert run["job_id"] == info.job_id and run["status"] == "FINISHED"
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
@@ -496,6 +504,51 @@ def test_a_team_runs_at_most_its_quota_at_once_and_its_next_job_waits_its_turn(r
         wait_for(lambda: a.get(second.id).state != pb.QUEUED)  # its turn
         a.cancel(second.id)
         b.cancel(other.id)
+        wait_for(lambda: not running_ray_jobs(ray_cluster.jobs_api), timeout=120)
+    finally:
+        srv.stop()
+
+
+def queued_reasons(client, job_id: str, until: str) -> list[str]:
+    """The reasons the service gave, as events, for the job's wait, up to the first that contains ``until``."""
+    stream = client._stub.WatchJob(pb.WatchJobRequest(job_id=job_id), metadata=client._metadata, timeout=180)
+    reasons = []
+    for event in stream:
+        if event.WhichOneof("payload") == "phase" and event.phase.phase == "queued" and event.phase.detail:
+            reasons.append(event.phase.detail)
+            if until in event.phase.detail:
+                stream.cancel()
+                return reasons
+    raise AssertionError(f"the job ended without {until!r}: {reasons}")
+
+
+def test_a_gpu_job_launches_when_its_gpus_are_free_and_teams_take_turns(ray_cluster, tmp_path, tokens, tiny_spec, policy):
+    """The session cluster has no GPU. Told it may hold one (``RAYFT_CLUSTER_GPUS``, as for an autoscaling
+    cluster), the service launches one GPU job (which waits in Ray for a node) and holds the others back,
+    each with its reason in its events; when the GPU is given back, the next goes to the team that came first
+    among those holding none."""
+    srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_CLUSTER_AUTOSCALES="1", RAYFT_CLUSTER_GPUS="1").start()
+    a, b = Client(srv.address, tokens["team-a"]), Client(srv.address, tokens["team-b"])
+
+    def gpu_job(name):
+        spec = tiny_job(tiny_spec, name, steps=5000)
+        return spec.replace(scaling=dataclasses.replace(spec.scaling, use_gpu=True, num_workers=1))
+
+    try:
+        first = a.submit(gpu_job("svc-gpu-a1"))
+        wait_for(lambda: a.get(first.id).state != pb.QUEUED)
+        other_team, second = b.submit(gpu_job("svc-gpu-b1")), a.submit(gpu_job("svc-gpu-a2"))
+        assert queued_reasons(b, other_team.id, "free") == ["waiting for 1 GPU; 0 free"]
+        assert queued_reasons(a, second.id, "first in line") == [
+            f"waiting for 1 GPU: {other_team.id} (team-b, 1 GPU) is first in line"
+        ]
+        assert a.get(second.id).state == b.get(other_team.id).state == pb.QUEUED
+        a.cancel(first.id)  # its GPU is free: team-b's job came first of the two teams holding none
+        wait_for(lambda: b.get(other_team.id).state != pb.QUEUED)
+        assert queued_reasons(a, second.id, "free")[-1] == "waiting for 1 GPU; 0 free"
+        assert a.get(second.id).state == pb.QUEUED
+        for client, job in ((b, other_team), (a, second)):
+            client.cancel(job.id)
         wait_for(lambda: not running_ray_jobs(ray_cluster.jobs_api), timeout=120)
     finally:
         srv.stop()

@@ -222,6 +222,17 @@ def test_service_deployment_wiring(path):
     assert pod["automountServiceAccountToken"] is False
 
 
+@pytest.mark.parametrize("path", ["overlays/dev", "overlays/prod"])
+def test_the_service_hands_out_the_gpus_the_ray_cluster_can_hold(path):
+    """RAYFT_CLUSTER_GPUS gates GPU launches (service/admission.py): it must be what the workers can grow to."""
+    env = env_of(one("Deployment", path)["spec"]["template"]["spec"]["containers"][0])
+    groups = one("RayCluster", path)["spec"]["workerGroupSpecs"]
+    most = sum(
+        g["maxReplicas"] * int(g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) for g in groups
+    )
+    assert float(env["RAYFT_CLUSTER_GPUS"]) == most
+
+
 def test_the_service_reads_a_path_policy_that_loads_and_keeps_jobs_off_its_data_volume():
     from rayft_contract.spec import FineTuneSpec
     from service.policy import PathPolicy, PolicyDenied

@@ -70,3 +70,21 @@ def test_tls_settings_that_would_leak_or_cannot_work_are_refused(kwargs, message
 def test_a_non_loopback_service_with_a_certificate_is_fine():
     settings = ServiceSettings(host="0.0.0.0", tls_cert=Path("c.pem"), tls_key=Path("k.pem"))
     assert settings.tls and settings.auth
+
+
+@pytest.mark.parametrize(
+    ("value", "auth", "paused"),
+    [("0", False, False), ("no", False, False), ("FALSE", False, False), ("1", True, True), ("", True, False)],
+)
+def test_on_off_variables_read_alike_and_an_empty_one_keeps_its_default(monkeypatch, value, auth, paused):
+    monkeypatch.setenv("RAYFT_AUTH", value)
+    monkeypatch.setenv("RAYFT_LAUNCH_PAUSED", value)
+    settings = ServiceSettings.from_env()
+    assert (settings.auth, settings.launch_paused) == (auth, paused)
+
+
+def test_cluster_gpus_is_a_count_of_zero_or_more(monkeypatch):
+    monkeypatch.setenv("RAYFT_CLUSTER_GPUS", "8")
+    assert ServiceSettings.from_env().cluster_gpus == 8
+    with pytest.raises(ValueError, match="RAYFT_CLUSTER_GPUS"):
+        ServiceSettings(cluster_gpus=-1)
