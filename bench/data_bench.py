@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/data_bench.py                          # about 4 minutes on 2 cores
     python3 bench/data_bench.py --workers 1,2,4,8,12 --rows 40000   # a bigger machine (the H200 host)
+    python3 bench/data_bench.py --skip-start --real-tokenizer --workers 1,2,4,8,14 \
+        --rows 1000000 --small-rows 200000     # the issue's table: 1M rows, a 32k BPE (bench/data_device.sh)
 
 1. Tokenization + packing throughput (rows/s, tokens/s) of one dataset fill (``dataset_cache.prepare``
    on an empty cache) as Ray Data's tokenizer actors grow, against the anti-pattern it replaces:
@@ -10,6 +12,11 @@
 2. Cold versus warm start of the same job, data (gzipped JSONL) and model both in S3 (a local moto
    server): time to the first step, bytes downloaded and rows tokenized, read from each job's summary.
    (``--skip-start`` skips this part.)
+
+``--real-tokenizer``: the rows use ``make_chat_data.py --lexicon zipf`` and a 32k-vocabulary BPE trained on
+them (``bench/real_tokenizer.py``) replaces the tiny one, and the table gets the per-core limit beside it:
+a bare ``tokenizers`` ``encode_batch`` loop over the same templated rows, pinned to one core.
+``--small-rows``: fewer rows for the fills with at most 4 actors (their rate is steady long before 1M).
 3. After each fill, one shuffled epoch read back through ``ray_jobs.data_order`` as a trainer reads it
    (``epoch_read_s``, ``packed_rows``): the cost of the per-epoch order.
 
@@ -41,6 +48,9 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2", help="tokenizer actor counts to try")
     parser.add_argument("--rows", type=int, default=10000)
     parser.add_argument("--skip-start", action="store_true", help="only the throughput part")
+    parser.add_argument("--real-tokenizer", action="store_true", help="a 32k BPE on Zipf-word rows, and the bare-tokenizer line")
+    parser.add_argument("--small-rows", type=int, default=0, help="rows for fills of at most 4 actors (0: --rows)")
+    parser.add_argument("--fill-only", action="store_true", help="time the fills alone (no tokenize-only pass, no epoch read)")
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     OUT.mkdir(parents=True, exist_ok=True)
@@ -51,17 +61,39 @@ def main() -> None:
 
     tiny = ensure_tiny_assets(work / "tiny", rows=2000)
     data = work / "chat.jsonl"
-    subprocess.run([sys.executable, str(ROOT / "bench/make_chat_data.py"), str(data), "--rows", str(args.rows)], check=True)
+    lexicon = ["--lexicon", "zipf"] if args.real_tokenizer else []
+    jobs = ["--jobs", str(os.cpu_count() or 1)] if args.rows > 100_000 else []  # 1M rows on one core: about 5 minutes
+    generate = [sys.executable, str(ROOT / "bench/make_chat_data.py"), str(data), "--rows", str(args.rows), *lexicon, *jobs]
+    subprocess.run(generate, check=True)
+    print(f"{args.rows:,} rows of chat data written")
+    tokenizer = tiny / "model"
+    if args.real_tokenizer:
+        tokenizer = work / "tok32k"
+        subprocess.run([sys.executable, str(ROOT / "bench/real_tokenizer.py"), str(tokenizer), "--data", str(data)], check=True)
+    small = work / "chat-small.jsonl"
+    if args.small_rows and args.small_rows < args.rows:
+        with data.open() as src, small.open("w") as dst:
+            dst.writelines(line for _, line in zip(range(args.small_rows), src))
     spec = FineTuneSpec.load(ROOT / "ray_jobs/presets/tiny_cpu.yaml")
     spec = spec.replace(
-        model=dataclasses.replace(spec.model, path=str(tiny / "model")),
+        model=dataclasses.replace(spec.model, path=str(tokenizer)),
         data=dataclasses.replace(spec.data, path=str(data), max_seq_len=2048, val_fraction=0.0),
         output=dataclasses.replace(spec.output, dir=str(work / "runs")),
     )
-    results: dict = {"rows": args.rows, "cpus": os.cpu_count(), "throughput": [], "start": None}
+    results: dict = {
+        "rows": args.rows,
+        "small_rows": args.small_rows or args.rows,
+        "cpus": os.cpu_count(),
+        "tokenizer": "32k BPE (Zipf words)" if args.real_tokenizer else "tiny 320-token BPE",
+        "throughput": [],
+        "start": None,
+    }
 
     results["one_thread"] = one_thread(spec)
     print(f"one thread in the driver: {results['one_thread']['rows_per_s']:,.0f} rows/s")
+    if args.real_tokenizer:
+        results["bare"] = bare_tokenizer(str(tokenizer), str(data), min(args.rows, 30_000))
+        print(f"bare encode_batch on one core: {results['bare']['rows_per_s']:,.0f} rows/s (the per-core limit)")
 
     from ray_jobs.local_ray import start_local_cluster
 
@@ -70,16 +102,51 @@ def main() -> None:
 
     quiet_ray_data()
     for w in workers:
-        results["throughput"].append(fill(spec, w, work / f"cache-w{w}"))
+        subset = spec
+        if w <= 4 and small.exists():
+            subset = spec.replace(data=dataclasses.replace(spec.data, path=str(small)))
+        results["throughput"].append(fill(subset, w, work / f"cache-w{w}", fill_only=args.fill_only))
         r = results["throughput"][-1]
+        r["x_one_actor"] = r["rows_per_s"] / results["throughput"][0]["rows_per_s"]
+        versus = f"; {r['rows_per_s'] / w / results['bare']['rows_per_s']:.0%} of bare per actor" if "bare" in results else ""
         print(
             f"{w:3d} tokenizer actors: {r['rows_per_s']:8,.0f} rows/s  {r['tokens_per_s']:10,.0f} tokens/s  "
-            f"({r['seconds']:.1f} s; without the Parquet write {r['tokenize_only_s']:.1f} s)"
+            f"{r['x_one_actor']:.1f}x the first ({r['rows']:,} rows in {r['seconds']:.1f} s"
+            + (f"; without the Parquet write {r['tokenize_only_s']:.1f} s" if "tokenize_only_s" in r else "")
+            + f"{versus})"
         )
     if not args.skip_start:
         results["start"] = cold_and_warm(spec, tiny, data, work)
     (OUT / "data_bench.json").write_text(json.dumps(results, indent=2))
     plot(results)
+
+
+def bare_tokenizer(tokenizer: str, data: str, rows: int) -> dict:
+    """The per-core limit: ``encode_batch`` over the templated rows, 1,000 at a time, in a process pinned to
+    one core with one Rust thread (templating, done first, is not timed)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_bare_in_one_core, (tokenizer, data, rows))
+
+
+def _bare_in_one_core(tokenizer: str, data: str, rows: int) -> dict:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    from itertools import islice
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    with open(data) as fh:
+        texts = [tok.apply_chat_template(json.loads(line)["messages"], tokenize=False) for line in islice(fh, rows)]
+    fast = tok.backend_tokenizer
+    start, tokens = time.perf_counter(), 0
+    for i in range(0, len(texts), 1000):
+        tokens += sum(len(e.ids) for e in fast.encode_batch(texts[i : i + 1000], add_special_tokens=False))
+    seconds = time.perf_counter() - start
+    return {"rows": len(texts), "seconds": seconds, "rows_per_s": len(texts) / seconds, "tokens_per_s": tokens / seconds}
 
 
 def one_thread(spec: FineTuneSpec) -> dict:
@@ -89,7 +156,8 @@ def one_thread(spec: FineTuneSpec) -> dict:
     from ray_jobs.quality import QualityReport
 
     udf = TokenizeAndPack(spec.model.path, None, spec.data, "chat", ("train",), ledger=None)
-    lines = Path(spec.data.path).read_text().splitlines()
+    with open(spec.data.path) as fh:  # its rate is steady long before 30k rows
+        lines = [line for _, line in zip(range(30_000), fh)]
     start = time.perf_counter()
     report, examples, tokens = QualityReport(), [], 0
     for line in lines:
@@ -102,7 +170,7 @@ def one_thread(spec: FineTuneSpec) -> dict:
     return {"workers": 0, "seconds": seconds, "rows_per_s": len(lines) / seconds, "tokens_per_s": tokens / seconds}
 
 
-def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
+def fill(spec: FineTuneSpec, workers: int, cache_root: Path, fill_only: bool = False) -> dict:
     """One cold fill of the dataset cache: read, tokenize and pack everything, write Parquet.
 
     Also times the same pipeline without the write (``tokenize_only_s``: read, tokenize and pack
@@ -116,23 +184,25 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path) -> dict:
     start = time.perf_counter()
     prepared = prepare(spec)
     seconds = time.perf_counter() - start
+    rows = prepared.cache.rows_tokenized
     start = time.perf_counter()  # one shuffled epoch read back the way a trainer reads it
     tokens = prepared.order.dataset(0, world=1, micro_batch_size=1).sum("num_tokens")
-    epoch_read_s = time.perf_counter() - start
-    rows = prepared.cache.rows_tokenized
-    start = time.perf_counter()
-    inputs = data_inputs(spec)  # listed with sizes, so a large file is read in ranges as in a job
-    tokenize(spec.data, inputs, spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
-    only = time.perf_counter() - start
-    return {
+    result = {
         "workers": workers,
+        "rows": rows,
         "seconds": seconds,
         "rows_per_s": rows / seconds,
         "tokens_per_s": tokens / seconds,
-        "tokenize_only_s": only,
         "packed_rows": prepared.order.rows,
-        "epoch_read_s": epoch_read_s,
     }
+    if fill_only:
+        return result
+    result["epoch_read_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    inputs = data_inputs(spec)  # listed with sizes, so a large file is read in ranges as in a job
+    tokenize(spec.data, inputs, spec.model.path, None, ("train",), new_ledger(spec.data, fail_early=False)).materialize()
+    result["tokenize_only_s"] = time.perf_counter() - start
+    return result
 
 
 def cold_and_warm(spec: FineTuneSpec, tiny: Path, data: Path, work: Path) -> dict:
@@ -192,10 +262,15 @@ def plot(results: dict) -> None:
     t = results["throughput"]
     axes[0].plot([r["workers"] for r in t], [r["tokens_per_s"] / 1e3 for r in t], "o-", label="Ray Data actors (cache fill)")
     axes[0].axhline(results["one_thread"]["tokens_per_s"] / 1e3, color="gray", ls="--", label="one thread in the driver")
+    if results.get("bare"):
+        bare = results["bare"]["tokens_per_s"] / 1e3
+        axes[0].plot(
+            [r["workers"] for r in t], [bare * r["workers"] for r in t], ":", color="#888", label="bare encode_batch x actors"
+        )
     axes[0].set(
         xlabel="tokenizer actors",
         ylabel="thousand tokens/s",
-        title=f"Tokenize + pack, {results['rows']:,} rows, {results['cpus']} CPUs",
+        title=f"Tokenize + pack, {results['rows']:,} rows, {results['cpus']} CPUs, {results['tokenizer']}",
     )
     axes[0].set_ylim(bottom=0)
     axes[0].legend()

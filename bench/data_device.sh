@@ -2,10 +2,14 @@
 # The data pipeline benchmark (bench/data_bench.py, throughput part) on the lent H200's 16 CPU cores.
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: bash bench/data_device.sh            (about 3 minutes)
+#   the issue-14 table: ROWS=1000000 EXTRA="--real-tokenizer --small-rows 200000" bash bench/data_device.sh
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 echo "CPUs: $(nproc)"
-python3 bench/data_bench.py --workers ${WORKERS:-1,2,4,8,14} --rows ${ROWS:-40000} --skip-start 2>&1 | grep -v "raylet\|WARNING" 
+# -u and --line-buffered: a call cut off at its time limit still brings back what it measured ($OUT/log.txt).
+python3 -u bench/data_bench.py --workers ${WORKERS:-1,2,4,8,14} --rows ${ROWS:-40000} --skip-start ${EXTRA:-} 2>&1 \
+    | grep --line-buffered -v "raylet\|WARNING\|core_worker.cc" | while IFS= read -r line; do echo "$(date +%T) $line"; done \
+    | tee "$OUT/log.txt"
 cp bench/out/data_bench.json bench/out/data_bench.png "$OUT/"

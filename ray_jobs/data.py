@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -80,12 +81,19 @@ class TokenizeAndPack:
         from ray_jobs.model_cache import fetch_model
         from ray_jobs.template import ChatEncoder
 
+        # The actor has one CPU (Ray's num_cpus=1), but the Rust tokenizer spreads each encode_batch over a
+        # thread per core of the machine: 14 actors on a 16-core host would run 224 threads. Serial here.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # This actor's node may not be the driver's: fetch there (once per node); the driver counted the job's hit.
         tokenizer = AutoTokenizer.from_pretrained(fetch_model(model_path, revision, count_hit=False).path)
         self.encoder = ChatEncoder(tokenizer, data.chat_template, data.train_on_completions_only)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
         self.data, self.fmt, self.splits, self.ledger, self.chaos = data, fmt, splits, ledger, chaos
         self.val_from, self.val_fmt = val_from, val_fmt
+        if ledger is not None:
+            import ray
+
+            ray.get(ledger.add_node.remote(ray.get_runtime_context().get_node_id()))
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
         import ray
@@ -94,6 +102,8 @@ class TokenizeAndPack:
         report = QualityReport()
         examples: dict[str, list[Example]] = {split: [] for split in self.splits}
         columns = ("source", "file", "piece", "line", "record")
+        pending: list[tuple[str, tuple[Any, ...]]] = []  # (split, where) of each row whose segments follow
+        segments: list[tuple[list[tuple[str, bool]], bool]] = []
         for source, file, piece, line, record in zip(*(batch.column(c).to_pylist() for c in columns)):
             if self.val_from is None:
                 held_out = in_eval_split(record, self.data.val_fraction)
@@ -104,11 +114,16 @@ class TokenizeAndPack:
                 continue
             report.rows += 1
             try:
-                examples[split].append(
-                    self.encode(record, report, self.val_fmt if self.val_from is not None and held_out else self.fmt)
-                )
+                segments.append(self.segments_of(record, self.val_fmt if self.val_from is not None and held_out else self.fmt))
+                pending.append((split, (source, file, piece, line)))
             except BadRow as bad:
                 report.record(bad, source, file, piece, line)
+        # One tokenizer call for the whole batch (ray_jobs/template.py says why), then each row's length check.
+        for (split, where), example in zip(pending, self.encoder.encode_many(segments)):
+            try:
+                examples[split].append(self._fits(example, report))
+            except BadRow as bad:
+                report.record(bad, *where)
         if ray.get(self.ledger.add.remote(report)):  # streaming: fail as soon as the share is clearly too high
             raise DataQualityError(ray.get(self.ledger.get.remote()).describe(self.data.max_bad_row_frac))
         parts = [self._pack(split, rows) for split, rows in examples.items()]
@@ -116,7 +131,13 @@ class TokenizeAndPack:
 
     def encode(self, record: str, report: QualityReport, fmt: str | None = None) -> Example:
         """One record (in format ``fmt``, default the data's) -> ``(input_ids, labels)``; raises :class:`BadRow`
-        with the kind and the reason."""
+        with the kind and the reason. (A batch goes through ``__call__``, which tokenizes its rows at once.)"""
+        (example,) = self.encoder.encode_many([self.segments_of(record, fmt)])
+        return self._fits(example, report)
+
+    def segments_of(self, record: str, fmt: str | None = None) -> tuple[list[tuple[str, bool]], bool]:
+        """One record -> its ``(text, trained)`` segments and whether BOS/EOS wrap it (plain text); raises
+        :class:`BadRow` for what is wrong with the row before it is tokenized."""
         fmt = fmt or self.fmt
         try:
             row = json.loads(record)
@@ -129,14 +150,17 @@ class TokenizeAndPack:
                 text = to_text(row)
                 if not text.strip():
                     raise BadRow("empty_completion", "empty text")
-                ids, labels = self.encoder.encode_text(text)
-            else:
-                turns = to_turns(row, fmt)
-                if not any(t.role == "assistant" and t.content.strip() for t in turns):
-                    raise BadRow("empty_completion", "no non-empty assistant answer to train on")
-                ids, labels = self.encoder.encode_turns(turns)
+                return self.encoder.text_segments(text), True
+            turns = to_turns(row, fmt)
+            if not any(t.role == "assistant" and t.content.strip() for t in turns):
+                raise BadRow("empty_completion", "no non-empty assistant answer to train on")
+            return self.encoder.segments(turns), False
         except BadRowError as exc:
             raise BadRow("missing_field", str(exc)) from None
+
+    def _fits(self, example: Example, report: QualityReport) -> Example:
+        """The row as tokenized, or :class:`BadRow` when it is longer than ``max_seq_len`` and ``overlong: drop``."""
+        ids, labels = example
         if len(ids) > self.data.max_seq_len:
             if self.data.overlong == "drop":
                 raise BadRow("too_long", f"{len(ids)} tokens, over data.max_seq_len {self.data.max_seq_len}")

@@ -122,6 +122,7 @@ def prepare(
         rows_tokenized=0 if hit else meta["quality"]["rows"],
         packed_rows=meta["rows_by_split"],
         seconds=time.perf_counter() - start,
+        nodes=0 if hit else meta["tokenized_on_nodes"],
     )
     eval_split = eval_split if eval_split.files else None
     return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]), order=order, eval_split=eval_split)
@@ -183,6 +184,7 @@ def _fill(
             payload.path, filesystem=payload.fs, partition_cols=["split"], min_rows_per_file=ROWS_PER_FILE, **_on_this_node(entry)
         )
         report: QualityReport = ray.get(ledger.get.remote())
+        nodes = ray.get(ledger.node_count.remote())
         report.check(data.max_bad_row_frac)
         files = {s: _files_of(payload, s) for s in splits}
         rows_by_split = {s: sum(rows for _, rows in files[s]) for s in splits}
@@ -199,6 +201,7 @@ def _fill(
         "quality": report.to_dict(),
         "rows_by_split": rows_by_split,
         "files": files,
+        "tokenized_on_nodes": nodes,
     }
     return cache.commit(entry, payload, meta)
 

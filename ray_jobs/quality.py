@@ -146,6 +146,14 @@ class RowLedger:
         self.max_frac = max_frac
         self.lines: dict[tuple[int, int], tuple[int, int]] = {}
         """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.sources``)."""
+        self.nodes: set[str] = set()
+        """The Ray nodes the tokenizer actors run on (each tells once, when it starts)."""
+
+    def add_node(self, node_id: str) -> None:
+        self.nodes.add(node_id)
+
+    def node_count(self) -> int:
+        return len(self.nodes)
 
     def add_lines(self, file_index: int, piece: int, lines: int, start: int) -> None:
         self.lines[(file_index, piece)] = (lines, start)

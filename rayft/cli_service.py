@@ -74,8 +74,8 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from service.app import serve
     from service.policy import load_for
-    from service.server import serve
     from service.settings import ServiceSettings
     from service.store_sqlite import SqliteJobStore
 

@@ -304,6 +304,8 @@ class DatasetCacheInfo(Record):
     uri: str = ""
     packed_rows: dict[str, int] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
+    nodes: int = 0
+    """The Ray nodes whose CPUs tokenized, on a fill (0 on a hit)."""
 
     def describe(self) -> str:
         """One line for the progress view."""
@@ -311,9 +313,10 @@ class DatasetCacheInfo(Record):
             return "dataset cache off: tokenizing while training"
         if self.hit:
             return f"dataset cache hit {self.key}: 0 bytes downloaded, 0 rows tokenized"
+        where = f" on {self.nodes} nodes" if self.nodes > 1 else ""
         return (
             f"dataset cache miss {self.key}: read {self.bytes_downloaded / 2**20:.1f} MiB, tokenized "
-            f"{self.rows_tokenized} rows in {self.seconds:.1f} s"
+            f"{self.rows_tokenized} rows in {self.seconds:.1f} s{where}"
         )
 
 

@@ -171,3 +171,58 @@ def test_too_many_bad_rows_fail_with_the_report(ray_cluster, tiny_spec, tmp_path
     streaming = prepare(replace(spec, "data", cache=False))
     with pytest.raises(Exception, match=r"rows are bad .* over data.max_bad_row_frac"):
         streaming.datasets["train"].materialize()
+
+
+TWO_NODES = """
+import json, os, sys
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_AUTH_MODE"] = "disabled"
+import ray
+from ray.cluster_utils import Cluster
+
+from rayft_contract.spec import FineTuneSpec
+
+# Two raylets on this machine, 4 logical CPUs each: room for both actors on the first, where Ray Data spreads
+# them over both (its default for actor pools); the dashboard agents on ports the OS picks.
+node = {"num_cpus": 4, "node_ip_address": "127.0.0.1", "dashboard_agent_listen_port": 0}
+cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False, "resources": {"first": 1}})
+cluster.add_node(**node, resources={"second": 1})
+ray.init(address=cluster.address, log_to_driver=False)
+cluster.wait_for_nodes()
+spec = FineTuneSpec.from_dict(json.loads(sys.argv[1]))
+
+
+def prepared(spec):
+    from ray_jobs.dataset_cache import prepare
+
+    info = prepare(spec).cache
+    return {"node": ray.get_runtime_context().get_node_id(), "hit": info.hit, "nodes": info.nodes,
+            "rows_tokenized": info.rows_tokenized, "bytes_downloaded": info.bytes_downloaded}
+
+
+first = prepared(spec)  # this driver, on the first node
+second = ray.get(ray.remote(num_cpus=0, resources={"second": 0.01})(prepared).remote(spec))  # a job on the other
+print(json.dumps({"first": first, "second": second}))
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+def test_a_fill_uses_both_nodes_and_a_job_on_the_other_node_tokenizes_nothing(bucket, tiny_spec):
+    """Issue 14: two raylets on this machine (the one test with a cluster of its own: the session's has one
+    node). The tokenizer actors spread over both, the entry goes to the shared s3:// cache, and the same data
+    prepared from the second node is a hit: 0 rows tokenized, 0 bytes read."""
+    import subprocess
+    import sys
+
+    spec = replace(tiny_spec, "data", path="s3://rayft-cache/data/", cache_uri="s3://rayft-cache/two-nodes", tokenize_workers=2)
+    spec = replace(spec, "model", path="s3://rayft-cache/models/tiny")
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_NODES, json.dumps(spec.to_dict())], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second = result["first"], result["second"]
+    assert first["node"] != second["node"]
+    assert not first["hit"] and first["rows_tokenized"] == 1000 and first["nodes"] == 2
+    assert second == {**second, "hit": True, "rows_tokenized": 0, "bytes_downloaded": 0, "nodes": 0}

@@ -82,6 +82,7 @@ def test_a_client_and_the_service_load_no_training_stack():
         "rayft.cli_service",
         "rayft.progress",
         "service.server",
+        "service.app",
         "service.launcher",
         "service.store_sqlite",
         *(f"rayft_contract.{p.stem}" for p in modules("rayft_contract") if p.stem != "__init__"),

@@ -70,3 +70,36 @@ def test_text_gets_bos_and_eos_and_all_labels(tokenizer):
     ids, labels = ChatEncoder(tokenizer).encode_text("alpha bravo")
     assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
     assert labels == ids
+
+
+def test_chatml_without_jinja_cuts_every_conversation_as_the_template_does(tokenizer):
+    """The string-built ChatML segments are the Jinja ones, text and training flags alike, for any turns."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    roles = st.sampled_from(["system", "user", "assistant", "tool"])
+    text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+    # Opening with a system or user turn: the Jinja path cannot cut before an opening assistant turn (an empty
+    # conversation does not render), where the string-built one can.
+    opening = st.builds(Turn, st.sampled_from(["system", "user"]), text)
+    conversations = st.tuples(opening, st.lists(st.builds(Turn, roles, text), max_size=5)).map(lambda c: [c[0], *c[1]])
+
+    @settings(max_examples=200, deadline=None)
+    @given(conversations, st.booleans())
+    def same(turns, completions_only):
+        encoder = ChatEncoder(tokenizer, completions_only=completions_only)
+        assert encoder.chatml
+        assert encoder.segments(turns) == [s for s in encoder.jinja_segments(turns) if s[0]]
+
+    same()
+
+
+def test_many_rows_tokenized_at_once_equal_each_row_alone(tokenizer):
+    encoder = ChatEncoder(tokenizer)
+    rows = [(encoder.segments(CONVERSATION[: k + 1]), False) for k in range(len(CONVERSATION))] + [
+        (encoder.text_segments("golf hotel india"), True)
+    ]
+    alone = [encoder.encode_turns(CONVERSATION[: k + 1]) for k in range(len(CONVERSATION))]
+    alone.append(encoder.encode_text("golf hotel india"))
+    assert encoder.encode_many(rows) == alone
+    assert encoder.encode_many([]) == []
