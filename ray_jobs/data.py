@@ -76,16 +76,14 @@ class TokenizeAndPack:
     ):
         """``val_from``: with ``data.val_path``, the index of its first file; rows of files from there on are
         the eval split, in format ``val_fmt``, and every other row trains."""
-        from transformers import AutoTokenizer
-
         from ray_jobs.model_cache import fetch_model
-        from ray_jobs.template import ChatEncoder
+        from ray_jobs.template import ChatEncoder, load_tokenizer
 
         # The actor has one CPU (Ray's num_cpus=1), but the Rust tokenizer spreads each encode_batch over a
         # thread per core of the machine: 14 actors on a 16-core host would run 224 threads. Serial here.
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # This actor's node may not be the driver's: fetch there (once per node); the driver counted the job's hit.
-        tokenizer = AutoTokenizer.from_pretrained(fetch_model(model_path, revision, count_hit=False).path)
+        tokenizer = load_tokenizer(fetch_model(model_path, revision, count_hit=False).path)
         self.encoder = ChatEncoder(tokenizer, data.chat_template, data.train_on_completions_only)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
         self.data, self.fmt, self.splits, self.ledger, self.chaos = data, fmt, splits, ledger, chaos

@@ -103,3 +103,25 @@ def test_many_rows_tokenized_at_once_equal_each_row_alone(tokenizer):
     alone.append(encoder.encode_text("golf hotel india"))
     assert encoder.encode_many(rows) == alone
     assert encoder.encode_many([]) == []
+
+
+def test_the_actors_tokenizer_is_the_models_without_importing_torch(tiny):
+    """``load_tokenizer`` (each tokenizer actor's) gives what ``AutoTokenizer`` gives, in a process that never
+    imports torch (the import was 1.5 s of every actor's start)."""
+    import json
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from ray_jobs.template import load_tokenizer
+
+    path = str(tiny / "model")
+    fast, auto = load_tokenizer(path), AutoTokenizer.from_pretrained(path)
+    text = ChatEncoder(auto).segments(CONVERSATION)
+    assert ChatEncoder(fast).encode_turns(CONVERSATION) == ChatEncoder(auto).encode_turns(CONVERSATION) and text
+    assert (fast.bos_token_id, fast.eos_token_id, fast.pad_token_id) == (auto.bos_token_id, auto.eos_token_id, auto.pad_token_id)
+    assert fast.chat_template == auto.chat_template
+    code = f"import sys; from ray_jobs.template import load_tokenizer; load_tokenizer({path!r}); print(json.dumps('torch' in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) is False
