@@ -113,11 +113,8 @@ class ChatEncoder:
 
     def encode_text(self, text: str) -> tuple[list[int], list[int]]:
         """Plain text: BOS + text + EOS, every token trained."""
-        tok = self.tokenizer
-        ids = tok(text, add_special_tokens=False)["input_ids"]
-        ids = ([tok.bos_token_id] if tok.bos_token_id is not None else []) + ids
-        ids = ids + ([tok.eos_token_id] if tok.eos_token_id is not None else [])
-        return ids, list(ids)
+        (encoded,) = self.encode_many([(self.text_segments(text), True)])
+        return encoded
 
     def text_segments(self, text: str) -> list[tuple[str, bool]]:
         """Plain text as one trained segment; :meth:`encode_many` adds BOS and EOS for it (``bos_eos``)."""

@@ -174,11 +174,14 @@ class Reconciler:
                     if job.state is not JobState.QUEUED and await self._sync(job):
                         ended.add(job.id)
                 if not self.launch_paused:
+                    active_jobs = [job for job in jobs if job.id not in ended]
+                    # The cluster's GPUs are looked up only while a GPU job waits: a CPU-only queue needs no limit.
+                    gpus_wanted = any(self._gpus_of(j) for j in active_jobs if j.state is JobState.QUEUED)
                     admission = admit(
-                        [job for job in jobs if job.id not in ended],
+                        active_jobs,
                         self._gpus_of,
                         max_running_per_team=self.max_running_per_team,
-                        cluster_gpus=await self._gpu_limit(),
+                        cluster_gpus=await self._gpu_limit() if gpus_wanted else None,
                     )
                     for job in admission.launch:
                         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from rayft_contract.channel import is_loopback
@@ -134,7 +135,7 @@ class ServiceSettings:
         return cls(**values)  # type: ignore[arg-type]
 
 
-def _flag(env: os._Environ[str] | dict[str, str], name: str, default: bool) -> bool:
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     """An on/off variable: ``0``, ``false`` or ``no`` (any case) is off, anything else on; unset or empty is the
     default (so an empty ``RAYFT_AUTH=`` never turns auth off)."""
     value = (env.get(name) or "").strip().lower()
