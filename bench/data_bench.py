@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--real-tokenizer", action="store_true", help="a 32k BPE on Zipf-word rows, and the bare-tokenizer line")
     parser.add_argument("--small-rows", type=int, default=0, help="rows for fills of at most 4 actors (0: --rows)")
     parser.add_argument("--fill-only", action="store_true", help="time the fills alone (no tokenize-only pass, no epoch read)")
+    parser.add_argument("--bare-procs", default="", help="process counts for the parallel bare line (default: --workers over 1)")
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     OUT.mkdir(parents=True, exist_ok=True)
@@ -94,6 +95,15 @@ def main() -> None:
     if args.real_tokenizer:
         results["bare"] = bare_tokenizer(str(tokenizer), str(data), min(args.rows, 30_000))
         print(f"bare encode_batch on one core: {results['bare']['rows_per_s']:,.0f} rows/s (the per-core limit)")
+        results["bare_parallel"] = []
+        procs = [int(n) for n in args.bare_procs.split(",")] if args.bare_procs else workers
+        for n in sorted({n for n in procs if n > 1}):
+            results["bare_parallel"].append(bare_in_parallel(str(tokenizer), str(data), min(args.rows, 15_000), n))
+            b = results["bare_parallel"][-1]
+            print(
+                f"bare encode_batch in {b['procs']} processes at once: {b['rows_per_s']:,.0f} rows/s "
+                f"({b['rows_per_s'] / results['bare']['rows_per_s']:.1f}x one core; the machine's limit for that many)"
+            )
 
     from ray_jobs.local_ray import start_local_cluster
 
@@ -115,6 +125,10 @@ def main() -> None:
             + (f"; without the Parquet write {r['tokenize_only_s']:.1f} s" if "tokenize_only_s" in r else "")
             + f"{versus})"
         )
+        if r.get("fill"):
+            from rayft_contract.records import FillTimes
+
+            print(f"      fill: {FillTimes.from_dict(r['fill']).describe()}")
     if not args.skip_start:
         results["start"] = cold_and_warm(spec, tiny, data, work)
     (OUT / "data_bench.json").write_text(json.dumps(results, indent=2))
@@ -131,8 +145,35 @@ def bare_tokenizer(tokenizer: str, data: str, rows: int) -> dict:
         return pool.apply(_bare_in_one_core, (tokenizer, data, rows))
 
 
-def _bare_in_one_core(tokenizer: str, data: str, rows: int) -> dict:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+def bare_in_parallel(tokenizer: str, data: str, rows: int, procs: int) -> dict:
+    """The machine's limit for ``procs`` tokenizers at once: the bare loop in ``procs`` processes, each pinned
+    to a core of its own, timed together (a barrier starts them). On a host whose cores are hyperthreads
+    (two per physical core) this is well under ``procs`` times one core, and no actor pool can beat it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    cpus = sorted(os.sched_getaffinity(0))[:procs]
+    barrier, results = ctx.Barrier(len(cpus)), ctx.Queue()
+    workers = [ctx.Process(target=_bare_worker, args=(tokenizer, data, rows, cpu, barrier, results)) for cpu in cpus]
+    for w in workers:
+        w.start()
+    done = [results.get() for _ in workers]
+    for w in workers:
+        w.join()
+    return {
+        "procs": len(cpus),
+        "rows": sum(d["rows"] for d in done),
+        "rows_per_s": sum(d["rows_per_s"] for d in done),
+        "tokens_per_s": sum(d["tokens_per_s"] for d in done),
+    }
+
+
+def _bare_worker(tokenizer: str, data: str, rows: int, cpu: int, barrier, results) -> None:
+    results.put(_bare_in_one_core(tokenizer, data, rows, cpu, barrier))
+
+
+def _bare_in_one_core(tokenizer: str, data: str, rows: int, cpu: int | None = None, barrier=None) -> dict:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0)) if cpu is None else cpu})
     os.environ["RAYON_NUM_THREADS"] = "1"
     from itertools import islice
 
@@ -142,6 +183,8 @@ def _bare_in_one_core(tokenizer: str, data: str, rows: int) -> dict:
     with open(data) as fh:
         texts = [tok.apply_chat_template(json.loads(line)["messages"], tokenize=False) for line in islice(fh, rows)]
     fast = tok.backend_tokenizer
+    if barrier is not None:
+        barrier.wait()
     start, tokens = time.perf_counter(), 0
     for i in range(0, len(texts), 1000):
         tokens += sum(len(e.ids) for e in fast.encode_batch(texts[i : i + 1000], add_special_tokens=False))
@@ -194,7 +237,10 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path, fill_only: bool = F
         "rows_per_s": rows / seconds,
         "tokens_per_s": tokens / seconds,
         "packed_rows": prepared.order.rows,
+        "fill": prepared.cache.fill.to_dict() if prepared.cache.fill else None,
     }
+    if prepared.cache.fill and prepared.cache.fill.stream_s:  # the rate once the stream runs: no start-up, no tail
+        result["stream_rows_per_s"] = rows / prepared.cache.fill.stream_s
     if fill_only:
         return result
     result["epoch_read_s"] = time.perf_counter() - start
@@ -267,6 +313,15 @@ def plot(results: dict) -> None:
         axes[0].plot(
             [r["workers"] for r in t], [bare * r["workers"] for r in t], ":", color="#888", label="bare encode_batch x actors"
         )
+        par = [(1, results["bare"]["tokens_per_s"])] + [(b["procs"], b["tokens_per_s"]) for b in results.get("bare_parallel", [])]
+        if len(par) > 1:
+            axes[0].plot(
+                [n for n, _ in par],
+                [v / 1e3 for _, v in par],
+                "s--",
+                color="#a60",
+                label="bare encode_batch, N processes at once",
+            )
     axes[0].set(
         xlabel="tokenizer actors",
         ylabel="thousand tokens/s",

@@ -13,3 +13,5 @@ python3 -u bench/data_bench.py --workers ${WORKERS:-1,2,4,8,14} --rows ${ROWS:-4
     | grep --line-buffered -v "raylet\|WARNING\|core_worker.cc" | while IFS= read -r line; do echo "$(date +%T) $line"; done \
     | tee "$OUT/log.txt"
 cp bench/out/data_bench.json bench/out/data_bench.png "$OUT/"
+# Ray Data's own log of each fill (operators, tasks, timings): where a slow fill spent its time.
+for d in /tmp/ray-*/session_latest/logs/ray-data; do cp -r "$d" "$OUT/ray-data-logs" && break; done || true

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -26,7 +27,7 @@ import numpy as np
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.formats import BadRowError, detect_format, to_text, to_turns
 from ray_jobs.packing import Example, pack
-from ray_jobs.quality import BadRow, DataQualityError, QualityReport
+from ray_jobs.quality import BadRow, DataQualityError, QualityReport, StageSeconds
 from ray_jobs.sources import Files, peek_columns, read_records
 from rayft_contract.spec import DataSpec, SpecError
 
@@ -97,6 +98,7 @@ class TokenizeAndPack:
         import ray
 
         self.chaos.slow_tokenizer()
+        started = time.perf_counter()
         report = QualityReport()
         examples: dict[str, list[Example]] = {split: [] for split in self.splits}
         columns = ("source", "file", "piece", "line", "record")
@@ -116,16 +118,20 @@ class TokenizeAndPack:
                 pending.append((split, (source, file, piece, line)))
             except BadRow as bad:
                 report.record(bad, source, file, piece, line)
+        templated = time.perf_counter()
         # One tokenizer call for the whole batch (ray_jobs/template.py says why), then each row's length check.
         for (split, where), example in zip(pending, self.encoder.encode_many(segments)):
             try:
                 examples[split].append(self._fits(example, report))
             except BadRow as bad:
                 report.record(bad, *where)
-        if ray.get(self.ledger.add.remote(report)):  # streaming: fail as soon as the share is clearly too high
-            raise DataQualityError(ray.get(self.ledger.get.remote()).describe(self.data.max_bad_row_frac))
+        tokenized = time.perf_counter()
         parts = [self._pack(split, rows) for split, rows in examples.items()]
-        return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+        packed = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+        busy = StageSeconds(template=templated - started, tokenize=tokenized - templated, pack=time.perf_counter() - tokenized)
+        if ray.get(self.ledger.add.remote(report, busy)):  # streaming: fail as soon as the share is clearly too high
+            raise DataQualityError(ray.get(self.ledger.get.remote()).describe(self.data.max_bad_row_frac))
+        return packed
 
     def encode(self, record: str, report: QualityReport, fmt: str | None = None) -> Example:
         """One record (in format ``fmt``, default the data's) -> ``(input_ids, labels)``; raises :class:`BadRow`
@@ -193,7 +199,10 @@ def tokenize(
     # Records arrive in the reading tasks' blocks (``ray_jobs.sources``); cut them into tokenizer-sized blocks
     # so that every actor gets work and each packed batch streams on as soon as it is ready.
     records = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
-    records = records.repartition(target_num_rows_per_block=data.tokenize_batch_size)
+    # strict: every batch but the last holds exactly tokenize_batch_size rows in the data's order, wherever the
+    # pieces were cut. Packing is per batch, so otherwise a file's entry depended on how it was read (a JSONL
+    # cut into byte ranges and the same rows as Parquet cut into row groups packed differently).
+    records = records.repartition(target_num_rows_per_block=data.tokenize_batch_size, strict=True)
     return records.map_batches(
         TokenizeAndPack,
         fn_constructor_kwargs={

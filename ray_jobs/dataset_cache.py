@@ -29,13 +29,15 @@ from ray_jobs.data import TOKEN_COLUMNS, new_ledger, tokenize
 from ray_jobs.data_order import CachedOrder, CacheFile
 from ray_jobs.model_cache import Fetched, fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
-from ray_jobs.quality import QualityReport
-from rayft_contract.records import DatasetCacheInfo
+from ray_jobs.quality import FillClock, QualityReport
+from rayft_contract.records import DatasetCacheInfo, FillTimes
 from rayft_contract.spec import FineTuneSpec
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 """3: rows written in the data's order (``preserve_order``), each split's files and row counts in the
-manifest (the training order is built from them, see ``ray_jobs.data_order``)."""
+manifest (the training order is built from them, see ``ray_jobs.data_order``). 4: tokenizer batches cut
+at exact row counts, whatever the read's pieces (``ray_jobs.data.tokenize``); the fill's phases in the
+manifest."""
 ROWS_PER_FILE = 512
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -123,6 +125,7 @@ def prepare(
         packed_rows=meta["rows_by_split"],
         seconds=time.perf_counter() - start,
         nodes=0 if hit else meta["tokenized_on_nodes"],
+        fill=FillTimes.from_dict(meta["fill"]) if not hit and meta.get("fill") else None,
     )
     eval_split = eval_split if eval_split.files else None
     return Prepared(datasets, info, quality=QualityReport.from_dict(meta["quality"]), order=order, eval_split=eval_split)
@@ -172,6 +175,7 @@ def _fill(
     import ray
 
     data = spec.data
+    started = time.time()
     ledger = new_ledger(data, fail_early=False)
     payload = cache.new_payload(entry)
     try:
@@ -185,6 +189,7 @@ def _fill(
         )
         report: QualityReport = ray.get(ledger.get.remote())
         nodes = ray.get(ledger.node_count.remote())
+        clock: FillClock = ray.get(ledger.clock.remote())
         report.check(data.max_bad_row_frac)
         files = {s: _files_of(payload, s) for s in splits}
         rows_by_split = {s: sum(rows for _, rows in files[s]) for s in splits}
@@ -194,6 +199,7 @@ def _fill(
     finally:
         ray.kill(ledger)
     meta = {
+        "fill": fill_times(clock, started, time.time(), data.tokenize_workers).to_dict(),
         "description": f"{data.path}{f' (validation: {data.val_path})' if data.val_path else ''} "
         f"({parts['format']}, {data.max_seq_len} tokens, packing={data.packing})",
         "key_parts": parts,
@@ -204,6 +210,24 @@ def _fill(
         "tokenized_on_nodes": nodes,
     }
     return cache.commit(entry, payload, meta)
+
+
+def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> FillTimes:
+    """The fill's three phases from its start and end and the ledger's first and last batch (clamped: a
+    tokenizer's clock on another node may be off by a little; a fill with no rows has no stream)."""
+    first = min(max(clock.first_batch_ts or ended, started), ended)
+    last = min(max(clock.last_batch_ts or first, first), ended)
+    busy = clock.busy
+    return FillTimes(
+        start_s=first - started,
+        stream_s=last - first,
+        write_s=ended - last,
+        read_busy_s=busy.read,
+        template_busy_s=busy.template,
+        tokenize_busy_s=busy.tokenize,
+        pack_busy_s=busy.pack,
+        workers=workers,
+    )
 
 
 def _read_split(payload: Any, split: str) -> Any:

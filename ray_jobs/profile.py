@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rayft_contract.phases import STEP_PHASES, Phase
-from rayft_contract.records import Efficiency, ModelShape, Progress, RunFacts, SetupTimes, StepRecord
+from rayft_contract.records import Efficiency, FillTimes, ModelShape, Progress, RunFacts, SetupTimes, StepRecord
 
 PEAK_BF16_FLOPS = {
     "H200": 989.4e12,
@@ -117,6 +117,13 @@ class JobProfile:
         finally:
             self.driver[name] = self.driver.get(name, 0.0) + time.time() - t0
 
+    def carve(self, name: str, parts: dict[str, float]) -> None:
+        """Move ``parts`` (seconds by phase) out of the driver phase ``name``, which held them: the cache fill's
+        own phases out of ``data_prepare``."""
+        self.driver[name] = self.driver.get(name, 0.0) - sum(parts.values())
+        for part, seconds in parts.items():
+            self.driver[part] = self.driver.get(part, 0.0) + seconds
+
     def add(self, report: Progress) -> None:
         """Fold in one progress report (rank 0's)."""
         self.setup = report.setup or self.setup
@@ -155,7 +162,8 @@ class JobProfile:
     def breakdown(self, wall: float) -> dict[str, float]:
         """Seconds per :class:`~rayft_contract.phases.Phase`, in its order; the values sum to ``wall``."""
         rows: dict[str, float] = {
-            name: self.driver.get(name, 0.0) for name in ("preflight", "connect", "model_fetch", "data_prepare", "trainer_setup")
+            name: self.driver.get(name, 0.0)
+            for name in ("preflight", "connect", "model_fetch", "data_prepare", *FillTimes.PHASES, "trainer_setup")
         }
         setup = self.setup or SetupTimes(worker_start_ts=0.0)
         worker_start = setup.worker_start_ts

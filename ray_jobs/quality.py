@@ -138,12 +138,40 @@ class QualityReport:
         )
 
 
+@dataclasses.dataclass
+class StageSeconds:
+    """Busy seconds of a fill's stages, as one reading task or one tokenizer batch measured them; the ledger
+    sums them (``rayft_contract.records.FillTimes`` says what each stage covers)."""
+
+    read: float = 0.0
+    template: float = 0.0
+    tokenize: float = 0.0
+    pack: float = 0.0
+
+    def add(self, other: StageSeconds) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclasses.dataclass(frozen=True)
+class FillClock:
+    """What the ledger saw of a fill's stream: when the first and the last tokenized batch came
+    (``time.time()``; ``None`` before any), and the stages' busy seconds."""
+
+    first_batch_ts: float | None
+    last_batch_ts: float | None
+    busy: StageSeconds
+
+
 class RowLedger:
     """One per job, as a Ray actor: the tokenizer actors add their counts after each batch."""
 
     def __init__(self, max_frac: float):
         self.report = QualityReport()
         self.max_frac = max_frac
+        self.busy = StageSeconds()
+        self.first_batch_ts: float | None = None
+        self.last_batch_ts: float | None = None
         self.lines: dict[tuple[int, int], tuple[int, int]] = {}
         """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.sources``)."""
         self.nodes: set[str] = set()
@@ -161,10 +189,24 @@ class RowLedger:
     def lines_by_piece(self) -> dict[tuple[int, int], tuple[int, int]]:
         return dict(self.lines)
 
-    def add(self, part: QualityReport) -> bool:
-        """Fold in one batch's counts; True when the share of bad rows is already clearly over the limit."""
+    def add(self, part: QualityReport, busy: StageSeconds | None = None) -> bool:
+        """Fold in one tokenized batch's counts (and what its stages cost); True when the share of bad rows is
+        already clearly over the limit."""
+        import time
+
+        self.last_batch_ts = time.time()
+        self.first_batch_ts = self.first_batch_ts or self.last_batch_ts
         self.report.add(part)
+        if busy is not None:
+            self.busy.add(busy)
         return self.report.rows >= MIN_ROWS_FOR_EARLY_FAIL and self.report.bad_frac > self.max_frac
+
+    def add_busy(self, busy: StageSeconds) -> None:
+        """A reading task's seconds (``ray_jobs.sources``)."""
+        self.busy.add(busy)
+
+    def clock(self) -> FillClock:
+        return FillClock(self.first_batch_ts, self.last_batch_ts, dataclasses.replace(self.busy))
 
     def get(self) -> QualityReport:
         return self.report.resolved(self.lines)

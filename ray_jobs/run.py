@@ -140,6 +140,8 @@ class _Job:
         with profile.phase("data_prepare"):
             prepared = prepare(spec, self.chaos, self.inputs, model)
             total_steps = spec.train.max_steps or _count_steps(spec, prepared)
+        if prepared.cache.fill is not None:  # a fill's start, stream and write: rows of their own
+            profile.carve("data_prepare", prepared.cache.fill.phases())
         loop = LoopConfig(
             spec,
             total_steps,

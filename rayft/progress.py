@@ -188,6 +188,8 @@ def _cache_rows(summary: JobSummary) -> list[tuple[str, str]]:
         rows.append(
             ("dataset cache", f"{state}: {dataset.bytes_downloaded:,} bytes read, {dataset.rows_tokenized or 0:,} rows tokenized")
         )
+        if dataset.fill is not None:
+            rows.append(("cache fill", dataset.fill.describe()))
     if model := summary.caches.model:
         identity = f" ({model.identity})" if model.identity else ""
         rows.append(("model", f"{model.source}: {model.bytes_downloaded:,} bytes downloaded{identity}"))

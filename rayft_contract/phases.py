@@ -39,7 +39,10 @@ class Phase(StrEnum):
     PREFLIGHT = "preflight", "preflight checks", Group.STARTUP
     CONNECT = "connect", "connect to Ray", Group.STARTUP
     MODEL_FETCH = "model_fetch", "model fetch", Group.STARTUP
-    DATA_PREPARE = "data_prepare", "data prepare (tokenize or cache hit)", Group.STARTUP
+    DATA_PREPARE = "data_prepare", "data prepare (cache lookup; tokenize when streaming)", Group.STARTUP
+    DATA_FILL_START = "data_fill_start", "cache fill: start (tokenizer actors, first reads)", Group.STARTUP
+    DATA_FILL_STREAM = "data_fill_stream", "cache fill: read, template, tokenize, pack", Group.STARTUP
+    DATA_FILL_WRITE = "data_fill_write", "cache fill: write the entry", Group.STARTUP
     TRAINER_SETUP = "trainer_setup", "trainer setup", Group.STARTUP
     WORKER_START = "worker_start", "worker start", Group.STARTUP
     MODEL_LOAD = "model_load", "model load", Group.STARTUP

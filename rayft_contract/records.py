@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from rayft_contract.phases import Phase
 
@@ -292,6 +292,48 @@ class SamplesAt(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class FillTimes(Record):
+    """Where a dataset cache fill's time went (``ray_jobs.dataset_cache``).
+
+    The fill streams: files are read, templated, tokenized, packed and written at once, so its wall time
+    is cut where the stream starts and ends, at the first and the last batch a tokenizer finished. The
+    three ``*_s`` add up to the fill's wall time, and are rows of the job's phase table
+    (:attr:`PHASES`). Inside the stream, the ``*_busy_s`` say what each stage cost, summed over the
+    tasks and actors that ran it (so they may add up to more than the wall time): the stage with the
+    most busy seconds per CPU it had is the one that set the pace."""
+
+    start_s: float
+    """From the fill's start to the first tokenized batch: the tokenizer actors start, the first reads."""
+    stream_s: float
+    """From the first tokenized batch to the last: read, template, tokenize and pack, streamed."""
+    write_s: float
+    """From the last tokenized batch to the entry committed: the last Parquet files, the manifest."""
+    read_busy_s: float = 0.0
+    template_busy_s: float = 0.0
+    """Rows parsed and put in the chat template (no tokenizer)."""
+    tokenize_busy_s: float = 0.0
+    pack_busy_s: float = 0.0
+    workers: int = 0
+    """Tokenizer actors."""
+
+    PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
+    """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
+
+    def phases(self) -> dict[str, float]:
+        return {p.value: s for p, s in zip(self.PHASES, (self.start_s, self.stream_s, self.write_s))}
+
+    def describe(self) -> str:
+        busy = (
+            f"read {self.read_busy_s:.1f} s, template {self.template_busy_s:.1f} s, "
+            f"tokenize {self.tokenize_busy_s:.1f} s, pack {self.pack_busy_s:.1f} s"
+        )
+        return (
+            f"start {self.start_s:.1f} s, stream {self.stream_s:.1f} s, write {self.write_s:.1f} s; "
+            f"busy over {self.workers} tokenizer actors: {busy}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetCacheInfo(Record):
     """What preparing the data cost (``ray_jobs.dataset_cache``)."""
 
@@ -306,6 +348,8 @@ class DatasetCacheInfo(Record):
     seconds: float = 0.0
     nodes: int = 0
     """The Ray nodes whose CPUs tokenized, on a fill (0 on a hit)."""
+    fill: FillTimes | None = None
+    """A fill's phases and busy stages (``None`` on a hit, or streaming)."""
 
     def describe(self) -> str:
         """One line for the progress view."""

@@ -66,6 +66,11 @@ def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once
     data, model = cold.caches.dataset, cold.caches.model
     assert (data.hit, data.bytes_downloaded, data.rows_tokenized) == (False, bucket["data_bytes"], 1000)
     assert (model.source, model.bytes_downloaded) == ("download", bucket["model_bytes"])
+    # The fill's own phases are rows of the phase table, as measured: start, stream and write.
+    fill = data.fill
+    assert fill is not None and fill.workers == spec.data.tokenize_workers
+    assert {k: cold.timing.phases[k] for k in fill.phases()} == fill.phases() and fill.start_s > 0, cold.timing.phases
+    assert min(fill.read_busy_s, fill.template_busy_s, fill.tokenize_busy_s, fill.pack_busy_s) > 0, fill
     quality = cold.data_quality
     assert quality.bad_rows == 5 and quality.bad_by_kind == {
         "unparsable": 2,
@@ -100,6 +105,7 @@ def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once
     assert model_hits() == hits_before + 1, "one hit per job, not one per process"
     data, model = warm.caches.dataset, warm.caches.model
     assert (data.hit, data.bytes_downloaded, data.rows_tokenized) == (True, 0, 0)
+    assert data.fill is None and all(warm.timing.phases[k] == 0 for k in cold.caches.dataset.fill.phases())
     assert data.key == cold.caches.dataset.key
     assert (model.source, model.bytes_downloaded) == ("cache", 0)
     assert model.identity == cold.caches.model.identity != "", "the same base, named the same way"

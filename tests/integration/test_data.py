@@ -56,7 +56,8 @@ def ray_get(ref):
     return ray.get(ref)
 
 
-def test_parquet_and_jsonl_of_the_same_rows_give_the_same_cache_entry(ray_cluster, tiny_spec, tmp_path):
+def test_parquet_and_jsonl_of_the_same_rows_give_the_same_cache_entry(ray_cluster, tiny_spec, tmp_path, monkeypatch):
+    """Both files are larger than a piece: the JSONL is read in byte ranges, the Parquet by runs of row groups."""
     import json
 
     import pyarrow as pa
@@ -67,10 +68,13 @@ def test_parquet_and_jsonl_of_the_same_rows_give_the_same_cache_entry(ray_cluste
 
     jsonl = write_dataset(tmp_path / "rows.jsonl", rows=600, seed=3)
     parquet = tmp_path / "rows.parquet"
-    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in jsonl.read_text().splitlines()]), parquet)
+    table = pa.Table.from_pylist([json.loads(line) for line in jsonl.read_text().splitlines()])
+    pq.write_table(table, parquet, row_group_size=50)  # 12 row groups
+    monkeypatch.setattr(sources, "PIECE_BYTES", parquet.stat().st_size // 4)
     entries = {}
     for path in (jsonl, parquet):
         data = dataclasses.replace(tiny_spec.data, path=str(path), cache_uri=str(tmp_path / f"cache-{path.suffix[1:]}"))
+        assert len(sources.pieces_of(data_inputs(tiny_spec.replace(data=data)).files)) > 1, "read by several tasks"
         prepared = prepare(tiny_spec.replace(data=data))
         rows = prepared.order.dataset(0, world=1, micro_batch_size=1).take_all()
         entries[path.suffix] = (prepared.cache.packed_rows, prepared.quality_report().rows, _rows(rows))

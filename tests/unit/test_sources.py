@@ -156,9 +156,35 @@ def test_a_jsonl_file_cut_into_pieces_yields_every_line_once_in_order(tmp_path, 
     assert read == lines
 
 
-def test_only_uncompressed_jsonl_is_cut(tmp_path):
+def test_of_the_line_formats_only_uncompressed_jsonl_is_cut(tmp_path):
     import pyarrow.fs as pafs
 
-    names = ["a.jsonl", "a.jsonl.gz", "a.json", "a.csv", "a.parquet"]
+    names = ["a.jsonl", "a.jsonl.gz", "a.json", "a.csv"]
     files = Files(pafs.LocalFileSystem(), [str(tmp_path / n) for n in names], (10_000,) * len(names))
     assert [p.path.rsplit("/", 1)[-1] for p in pieces_of(files, 1_000) if p.piece == 1] == ["a.jsonl"]
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 2_000, 10**9])
+def test_a_parquet_file_is_read_by_row_group_with_every_row_once_at_its_own_row_number(tmp_path, piece_bytes):
+    """A Parquet file over the piece size is cut into runs of whole row groups, one reading task each; rows are
+    numbered from the file's first, so a bad row in the third run is still located at its own row."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from ray_jobs.sources import _piece_blocks
+
+    rows = [{"text": f"row {i} " + "x" * (i % 50)} for i in range(1_000)]
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=64)  # 16 row groups
+    files = Files(pafs.LocalFileSystem(), [str(path)], (path.stat().st_size,))
+    pieces = pieces_of(files, piece_bytes)
+    assert len(pieces) == min(16, -(-path.stat().st_size // piece_bytes))
+    read = [
+        (line, json.loads(record))
+        for piece in pieces
+        for block, _ in _piece_blocks(files.fs, piece, "parquet", "")
+        if block is not None
+        for line, record in zip(block["line"], block["record"])
+    ]
+    assert read == [(i + 1, row) for i, row in enumerate(rows)]

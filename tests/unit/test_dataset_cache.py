@@ -1,0 +1,30 @@
+"""A cache fill's phases: cut at the ledger's first and last batch, adding up to the fill's wall time."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_jobs.dataset_cache import fill_times
+from ray_jobs.quality import FillClock, QualityReport, RowLedger, StageSeconds
+
+
+def test_a_fills_three_phases_add_up_to_its_wall_time_and_carry_the_busy_stages():
+    ledger = RowLedger(max_frac=1.0)
+    ledger.add_busy(StageSeconds(read=2.0))
+    ledger.add(QualityReport(rows=10), StageSeconds(template=0.5, tokenize=3.0, pack=0.25))
+    ledger.add(QualityReport(rows=10), StageSeconds(template=0.5, tokenize=3.0, pack=0.25))
+    clock = ledger.clock()
+    assert clock.first_batch_ts <= clock.last_batch_ts
+    started, ended = clock.first_batch_ts - 4.0, clock.last_batch_ts + 1.5
+    times = fill_times(clock, started, ended, workers=2)
+    assert sum(times.phases().values()) == pytest.approx(ended - started)
+    assert times.start_s == pytest.approx(4.0) and times.write_s == pytest.approx(1.5)
+    assert (times.read_busy_s, times.template_busy_s, times.tokenize_busy_s, times.pack_busy_s) == (2.0, 1.0, 6.0, 0.5)
+    assert "tokenize 6.0 s" in times.describe()
+
+
+@pytest.mark.parametrize("first,last", [(95.0, 99.0), (101.0, 112.0), (None, None)])
+def test_a_clock_off_by_a_little_or_no_batch_at_all_still_adds_up(first, last):
+    times = fill_times(FillClock(first, last, StageSeconds()), started=100.0, ended=110.0, workers=1)
+    assert min(times.phases().values()) >= 0
+    assert sum(times.phases().values()) == pytest.approx(10.0)
