@@ -77,6 +77,7 @@ class TokenizeAndPack:
     ):
         """``val_from``: with ``data.val_path``, the index of its first file; rows of files from there on are
         the eval split, in format ``val_fmt``, and every other row trains."""
+        started = time.perf_counter()
         from ray_jobs.model_cache import fetch_model
         from ray_jobs.template import ChatEncoder, load_tokenizer
 
@@ -92,7 +93,7 @@ class TokenizeAndPack:
         if ledger is not None:
             import ray
 
-            ray.get(ledger.add_node.remote(ray.get_runtime_context().get_node_id()))
+            ray.get(ledger.add_node.remote(ray.get_runtime_context().get_node_id(), time.perf_counter() - started))
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
         import ray

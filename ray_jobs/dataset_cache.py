@@ -30,6 +30,7 @@ from ray_jobs.data_order import CachedOrder, CacheFile
 from ray_jobs.model_cache import Fetched, fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
 from ray_jobs.quality import FillClock, QualityReport
+from ray_jobs.sources import HELPER_CPUS
 from rayft_contract.records import DatasetCacheInfo, FillTimes
 from rayft_contract.spec import FineTuneSpec
 
@@ -184,8 +185,13 @@ def _fill(
         # data.shuffle=false trains on (a curriculum), and the same entry whatever the actors' timing.
         tokens.context.execution_options.preserve_order = True
         # Files of at least ROWS_PER_FILE packed rows (a few MB), not one per tokenizer batch: fewer read tasks later.
+        on_node = _on_this_node(entry).get("ray_remote_args", {})
         tokens.write_parquet(
-            payload.path, filesystem=payload.fs, partition_cols=["split"], min_rows_per_file=ROWS_PER_FILE, **_on_this_node(entry)
+            payload.path,
+            filesystem=payload.fs,
+            partition_cols=["split"],
+            min_rows_per_file=ROWS_PER_FILE,
+            ray_remote_args={"num_cpus": HELPER_CPUS, **on_node},
         )
         report: QualityReport = ray.get(ledger.get.remote())
         nodes = ray.get(ledger.node_count.remote())
@@ -227,6 +233,8 @@ def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> 
         tokenize_busy_s=busy.tokenize,
         pack_busy_s=busy.pack,
         workers=workers,
+        actors_ready_s=min(max((clock.actors_ready_ts or started) - started, 0.0), first - started),
+        actor_init_s=clock.actor_init_s,
     )
 
 

@@ -161,6 +161,10 @@ class FillClock:
     first_batch_ts: float | None
     last_batch_ts: float | None
     busy: StageSeconds
+    actors_ready_ts: float | None = None
+    """When the last tokenizer actor finished its constructor."""
+    actor_init_s: float = 0.0
+    """The slowest constructor: the tokenizer's load (and the model fetch on a new node)."""
 
 
 class RowLedger:
@@ -172,13 +176,20 @@ class RowLedger:
         self.busy = StageSeconds()
         self.first_batch_ts: float | None = None
         self.last_batch_ts: float | None = None
+        self.actors_ready_ts: float | None = None
+        self.actor_init_s = 0.0
         self.lines: dict[tuple[int, int], tuple[int, int]] = {}
         """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.sources``)."""
         self.nodes: set[str] = set()
         """The Ray nodes the tokenizer actors run on (each tells once, when it starts)."""
 
-    def add_node(self, node_id: str) -> None:
+    def add_node(self, node_id: str, init_s: float = 0.0) -> None:
+        """A tokenizer actor is ready, on ``node_id``, after a constructor of ``init_s`` seconds."""
+        import time
+
         self.nodes.add(node_id)
+        self.actors_ready_ts = time.time()
+        self.actor_init_s = max(self.actor_init_s, init_s)
 
     def node_count(self) -> int:
         return len(self.nodes)
@@ -206,7 +217,9 @@ class RowLedger:
         self.busy.add(busy)
 
     def clock(self) -> FillClock:
-        return FillClock(self.first_batch_ts, self.last_batch_ts, dataclasses.replace(self.busy))
+        return FillClock(
+            self.first_batch_ts, self.last_batch_ts, dataclasses.replace(self.busy), self.actors_ready_ts, self.actor_init_s
+        )
 
     def get(self) -> QualityReport:
         return self.report.resolved(self.lines)

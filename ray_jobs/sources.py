@@ -37,6 +37,12 @@ A compressed file cannot be cut where its lines are: one task streams it, in blo
 :data:`RECORDS_PER_BLOCK` records, so its memory stays bounded all the same."""
 RECORDS_PER_BLOCK = 4096
 """Records per block a reading task hands on (the tokenizers re-cut them into their own batches)."""
+HELPER_CPUS = 0.25
+"""The CPU a reading (or a cache-writing) task reserves from Ray: a quarter, not Ray Data's default of one.
+Measured on the 16-core H200 host, 1M rows (1.3 GB): the reading tasks' own work was 5 s in all, yet each
+held a whole CPU slot, and the tokenizer actors hold one each. With 14 actors on 16 CPUs the actors were
+busy 49% of the fill's stream; with 12, 74%; with 8, 89% (``bench/RESULTS.md``). The fill's helpers, the
+stitching of tokenizer batches included, shared the 2 slots left."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,7 @@ def read_records(files: Files, path: str, ledger: Any = None, piece_bytes: int |
         read_pieces,
         batch_size=1,
         batch_format="pyarrow",
+        num_cpus=HELPER_CPUS,
         fn_kwargs={
             "fs": files.fs,
             "reader": files.reader,

@@ -315,6 +315,11 @@ class FillTimes(Record):
     pack_busy_s: float = 0.0
     workers: int = 0
     """Tokenizer actors."""
+    actors_ready_s: float = 0.0
+    """Inside ``start_s``: from the fill's start until the last tokenizer actor was ready (its process
+    started, its modules imported, its constructor run)."""
+    actor_init_s: float = 0.0
+    """Inside that: the slowest actor's constructor (the tokenizer's load)."""
 
     PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
     """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
@@ -328,8 +333,8 @@ class FillTimes(Record):
             f"tokenize {self.tokenize_busy_s:.1f} s, pack {self.pack_busy_s:.1f} s"
         )
         return (
-            f"start {self.start_s:.1f} s, stream {self.stream_s:.1f} s, write {self.write_s:.1f} s; "
-            f"busy over {self.workers} tokenizer actors: {busy}"
+            f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s), "
+            f"stream {self.stream_s:.1f} s, write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
         )
 
 

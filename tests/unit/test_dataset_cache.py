@@ -10,6 +10,8 @@ from ray_jobs.quality import FillClock, QualityReport, RowLedger, StageSeconds
 
 def test_a_fills_three_phases_add_up_to_its_wall_time_and_carry_the_busy_stages():
     ledger = RowLedger(max_frac=1.0)
+    ledger.add_node("node-a", init_s=0.75)
+    ledger.add_node("node-a", init_s=0.5)
     ledger.add_busy(StageSeconds(read=2.0))
     ledger.add(QualityReport(rows=10), StageSeconds(template=0.5, tokenize=3.0, pack=0.25))
     ledger.add(QualityReport(rows=10), StageSeconds(template=0.5, tokenize=3.0, pack=0.25))
@@ -20,7 +22,8 @@ def test_a_fills_three_phases_add_up_to_its_wall_time_and_carry_the_busy_stages(
     assert sum(times.phases().values()) == pytest.approx(ended - started)
     assert times.start_s == pytest.approx(4.0) and times.write_s == pytest.approx(1.5)
     assert (times.read_busy_s, times.template_busy_s, times.tokenize_busy_s, times.pack_busy_s) == (2.0, 1.0, 6.0, 0.5)
-    assert "tokenize 6.0 s" in times.describe()
+    assert 0 < times.actors_ready_s <= times.start_s and times.actor_init_s == 0.75, "the slowest actor, inside the start"
+    assert "tokenize 6.0 s" in times.describe() and ledger.node_count() == 1
 
 
 @pytest.mark.parametrize("first,last", [(95.0, 99.0), (101.0, 112.0), (None, None)])
