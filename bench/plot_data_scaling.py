@@ -1,0 +1,67 @@
+"""Plot issue 14's fill scaling on the 16-core H200 host from ``bench/data_scaling_h200.json``.
+
+    .venv/bin/python bench/plot_data_scaling.py     # writes bench/data_bench_h200_scaling.png
+
+Left: a fill's rows/s (whole fill, and its stream alone) by tokenizer actors, beside the machine's own limit
+for that many tokenizers (the bare ``encode_batch`` loop in N pinned processes at once). Right: how busy the
+actors were during the stream: where it falls, the pipeline, not the tokenizers, set the pace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.loads((HERE / "data_scaling_h200.json").read_text())
+    fills = data["fills"]
+    bare = {int(n): v for n, v in data["bare_parallel"]["procs_rows_per_s"].items()}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    left.plot(list(bare), list(bare.values()), "s--", color="#a60", label="bare encode_batch, N pinned processes (the limit)")
+    left.plot(
+        [f["workers"] for f in fills],
+        [f["rows_per_s"] for f in fills],
+        "o",
+        color="#36c",
+        label="Ray Data fill, whole (start to commit)",
+    )
+    streamed = [f for f in fills if f["stream_rows_per_s"]]
+    left.plot(
+        [f["workers"] for f in streamed],
+        [f["stream_rows_per_s"] for f in streamed],
+        "^",
+        color="#2a2",
+        label="the fill's stream alone",
+    )
+    for f in fills:
+        left.annotate(
+            f"{f['rows'] // 1000}k", (f["workers"], f["rows_per_s"]), textcoords="offset points", xytext=(4, -12), fontsize=7
+        )
+    left.set(
+        xlabel="tokenizer actors (processes)",
+        ylabel="rows/s",
+        title="Fill throughput, 32k BPE, 16-core H200 host",
+        ylim=(0, None),
+    )
+    left.legend(fontsize=8)
+    busy = [f for f in fills if f["busy_frac"] is not None]
+    right.bar([str(f["workers"]) for f in busy], [100 * f["busy_frac"] for f in busy], color="#36c")
+    right.set(
+        xlabel="tokenizer actors", ylabel="% of the stream spent tokenizing", title="How busy the actors were", ylim=(0, 100)
+    )
+    for i, f in enumerate(busy):
+        right.text(i, 100 * f["busy_frac"] + 2, f"{f['busy_frac']:.0%}", ha="center")
+    fig.tight_layout()
+    fig.savefig(HERE / "data_bench_h200_scaling.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
