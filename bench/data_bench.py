@@ -255,44 +255,33 @@ def cold_and_warm(spec: FineTuneSpec, tiny: Path, data: Path, work: Path) -> dic
     """The same job twice, data and model in S3: what the second start saves."""
     import gzip
 
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://{host}:{port}", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1"
-    )
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="bench")
-    s3.put_object(Bucket="bench", Key="data/chat.jsonl.gz", Body=gzip.compress(data.read_bytes()))
-    for f in (tiny / "model").iterdir():
-        s3.upload_file(str(f), "bench", f"model/{f.name}")
-
     import ray
+    from s3_data_bench import moto_bucket  # bench/ is this script's directory, first on sys.path
 
-    ray.shutdown()  # a fresh cluster that inherits the S3 settings, like a job on a new node
     from ray_jobs.run import run
 
-    spec = spec.replace(
-        model=dataclasses.replace(spec.model, path="s3://bench/model"),
-        data=dataclasses.replace(spec.data, path="s3://bench/data/", tokenize_workers=max(1, (os.cpu_count() or 2) - 1)),
-        train=dataclasses.replace(spec.train, max_steps=5, log_every=5, checkpoint_every=5, eval_every=None),
-    )
     runs = {}
-    for label in ("cold", "warm"):
-        summary = run(spec.replace(name=f"start-{label}")).summary
-        d, m = summary.caches.dataset, summary.caches.model
-        runs[label] = {
-            "time_to_first_step_s": summary.time_to_first_step_s,
-            "wall_time_s": summary.wall_time_s,
-            "bytes_downloaded": d.bytes_downloaded + m.bytes_downloaded,
-            "rows_tokenized": d.rows_tokenized,
-            "data_prepare_s": d.seconds,
-        }
-        print(label, runs[label])
-    server.stop()
+    with moto_bucket() as s3:
+        s3.put_object(Bucket="bench", Key="data/chat.jsonl.gz", Body=gzip.compress(data.read_bytes()))
+        for f in (tiny / "model").iterdir():
+            s3.upload_file(str(f), "bench", f"model/{f.name}")
+        ray.shutdown()  # a fresh cluster that inherits the S3 settings, like a job on a new node
+        spec = spec.replace(
+            model=dataclasses.replace(spec.model, path="s3://bench/model"),
+            data=dataclasses.replace(spec.data, path="s3://bench/data/", tokenize_workers=max(1, (os.cpu_count() or 2) - 1)),
+            train=dataclasses.replace(spec.train, max_steps=5, log_every=5, checkpoint_every=5, eval_every=None),
+        )
+        for label in ("cold", "warm"):
+            summary = run(spec.replace(name=f"start-{label}")).summary
+            d, m = summary.caches.dataset, summary.caches.model
+            runs[label] = {
+                "time_to_first_step_s": summary.time_to_first_step_s,
+                "wall_time_s": summary.wall_time_s,
+                "bytes_downloaded": d.bytes_downloaded + m.bytes_downloaded,
+                "rows_tokenized": d.rows_tokenized,
+                "data_prepare_s": d.seconds,
+            }
+            print(label, runs[label])
     return runs
 
 

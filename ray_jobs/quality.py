@@ -23,6 +23,7 @@ the blocks were scheduled.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from typing import Any
 
@@ -185,8 +186,6 @@ class RowLedger:
 
     def add_node(self, node_id: str, init_s: float = 0.0) -> None:
         """A tokenizer actor is ready, on ``node_id``, after a constructor of ``init_s`` seconds."""
-        import time
-
         self.nodes.add(node_id)
         self.actors_ready_ts = time.time()
         self.actor_init_s = max(self.actor_init_s, init_s)
@@ -203,8 +202,6 @@ class RowLedger:
     def add(self, part: QualityReport, busy: StageSeconds | None = None) -> bool:
         """Fold in one tokenized batch's counts (and what its stages cost); True when the share of bad rows is
         already clearly over the limit."""
-        import time
-
         self.last_batch_ts = time.time()
         self.first_batch_ts = self.first_batch_ts or self.last_batch_ts
         self.report.add(part)
