@@ -53,7 +53,7 @@ def main() -> None:
     )
     left.legend(fontsize=8)
     busy = [f for f in fills if f["busy_frac"] is not None]
-    right.bar([str(f["workers"]) for f in busy], [100 * f["busy_frac"] for f in busy], color="#36c")
+    right.bar([f"{f['workers']}\n(call {f['call']})" for f in busy], [100 * f["busy_frac"] for f in busy], color="#36c")
     right.set(
         xlabel="tokenizer actors", ylabel="% of the stream spent tokenizing", title="How busy the actors were", ylim=(0, 100)
     )
