@@ -13,8 +13,10 @@ Then the memory: team "big" gets 500 jobs with specs at the 64 KB limit (written
 store), and 16 clients list them with page_size 500 at once, in the basic view and then the full one;
 the server's peak resident memory (VmHWM) is read before and after.
 
-The server runs on one core and both clients on the other (the noisy one at nice 10): on 2 cores, a
-client's own work would otherwise pass for the server's slowness.
+The server runs on one core (``--server-cores``: more; its watch process too) and both clients on the
+other (the noisy one at nice 19; on a larger machine each client gets a core of its own): on 2 cores, a
+client's own work would otherwise pass for the server's slowness. ``--streams-in-process`` serves WatchJob
+on the API's event loop (``RAYFT_WATCH_PROCESS=0``), as before the watch process, for the comparison.
 
 Writes bench/out/tenant_bench.json and bench/out/tenant_isolation.png. The claim to check: the quiet
 team's p99 under load within 2x of idle.
@@ -81,10 +83,7 @@ class Noisy:
         self.address, self.threads = address, []
 
     def start(self) -> None:
-        self.streams = [
-            self.client._stub.WatchJob(pb.WatchJobRequest(job_id=self.jobs[0].id), metadata=self.client._metadata)
-            for _ in range(self.streams_allowed)
-        ]
+        self.streams = [self.client.open_watch(self.jobs[0].id) for _ in range(self.streams_allowed)]
         self.threads = [threading.Thread(target=self._drain, args=(s,), daemon=True) for s in self.streams]
         self.threads += [threading.Thread(target=target, daemon=True) for target in (self._report, self._list, self._over)]
         for thread in self.threads:
@@ -116,9 +115,7 @@ class Noisy:
         while not self.stop.is_set():
             for attempt in (
                 lambda: self.client.submit(spec),
-                lambda: next(
-                    iter(self.client._stub.WatchJob(pb.WatchJobRequest(job_id=self.jobs[0].id), metadata=self.client._metadata))
-                ),
+                lambda: self.client.open_watch(self.jobs[0].id),
             ):
                 try:
                     attempt()
@@ -133,10 +130,13 @@ class Noisy:
             stream.cancel()
 
 
-def run_noisy(address: str, token: str, data_dir: Path, streams: int, ready, stop, refused) -> None:  # noqa: ANN001
+def run_noisy(address: str, token: str, data_dir: Path, streams: int, ready, stop, refused, core) -> None:  # noqa: ANN001
     """The noisy team, in a process of its own (its stream threads would otherwise share the quiet
-    client's interpreter lock), pinned with the clients and at lower priority: see ``pin``."""
+    client's interpreter lock), on a core of its own where there is one, else beside the quiet client
+    at lower priority: see ``pin``."""
     os.nice(19)
+    if core is not None:
+        os.sched_setaffinity(0, {core})
     store = SqliteJobStore(data_dir / "jobs.db")
     noisy = Noisy(address, token, store, streams)
     noisy.start()
@@ -147,11 +147,23 @@ def run_noisy(address: str, token: str, data_dir: Path, streams: int, ready, sto
     store.close()
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process under it (the service's watch process, multiprocessing's tracker)."""
+    pids, i = [pid], 0
+    while i < len(pids):
+        for tid in os.listdir(f"/proc/{pids[i]}/task"):
+            pids += [int(c) for c in Path(f"/proc/{pids[i]}/task/{tid}/children").read_text().split()]
+        i += 1
+    return pids
+
+
 def pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of ``pid`` onto ``cpus``: the server on one core, the clients on the other, so the
-    clients' own work (a real noisy team runs on its own machines) does not pass for the server's."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), cpus)
+    """Every thread of ``pid`` and of the processes under it onto ``cpus``: the server on one core, the
+    clients on the other, so the clients' own work (a real noisy team runs on its own machines) does not
+    pass for the server's."""
+    for each in tree(pid):
+        for tid in os.listdir(f"/proc/{each}/task"):
+            os.sched_setaffinity(int(tid), cpus)
 
 
 def largest_spec() -> dict:
@@ -173,8 +185,12 @@ def largest_spec() -> dict:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    """CPU seconds of ``pid`` and the processes under it (the service's watch process)."""
+    total = 0
+    for each in tree(pid):
+        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -226,6 +242,19 @@ def main() -> None:
         default=0.0,
         help="the quiet team's pause after each call (0: back to back, which alone keeps the server's core ~90%% busy)",
     )
+    parser.add_argument(
+        "--server-cores",
+        type=int,
+        default=1,
+        help="cores the server (its API and watch processes) is pinned to; the quiet client gets the next, the "
+        "noisy one the next after that where the machine has it (else it shares the quiet client's, at nice 19)",
+    )
+    parser.add_argument(
+        "--streams-in-process",
+        action="store_true",
+        help="RAYFT_WATCH_PROCESS=0: WatchJob on the API's own event loop, as before the watch process",
+    )
+    parser.add_argument("--label", default="", help="also write bench/out/tenant_bench_LABEL.json")
     args = parser.parse_args()
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
@@ -236,10 +265,21 @@ def main() -> None:
         tokens = {team: auth.new_token() for team in ("quiet", "noisy", "big")}
         for team, token in tokens.items():
             store.add_token(team, auth.hash_token(token))
-        proc, address = start_server(data_dir, quotas=True, extra_env={"RAYFT_MAX_STREAMS_PER_TEAM": str(args.team_streams)})
-        if len(os.sched_getaffinity(0)) >= 2:
-            pin(proc.pid, {0})
-            pin(os.getpid(), {1})  # this process and the noisy one it forks
+        proc, address = start_server(
+            data_dir,
+            quotas=True,
+            extra_env={
+                "RAYFT_MAX_STREAMS_PER_TEAM": str(args.team_streams),
+                "RAYFT_WATCH_PROCESS": "0" if args.streams_in_process else "1",
+            },
+        )
+        cores = sorted(os.sched_getaffinity(0))
+        server_cores = set(cores[: args.server_cores])
+        quiet_core = cores[args.server_cores] if len(cores) > args.server_cores else None
+        noisy_core = cores[args.server_cores + 1] if len(cores) > args.server_cores + 1 else quiet_core
+        if quiet_core is not None:
+            pin(proc.pid, server_cores)
+            pin(os.getpid(), {quiet_core})  # this process, and the noisy one it forks until it moves
         try:
             quiet = Client(address, tokens["quiet"])
             anchor = quiet.submit(FineTuneSpec.from_dict({**SPEC, "name": "quiet-anchor"}))
@@ -251,7 +291,8 @@ def main() -> None:
             ctx = multiprocessing.get_context("fork")
             ready, stop, refused = ctx.Event(), ctx.Event(), ctx.Value("i", 0)
             noisy = ctx.Process(
-                target=run_noisy, args=(address, tokens["noisy"], data_dir, args.team_streams, ready, stop, refused)
+                target=run_noisy,
+                args=(address, tokens["noisy"], data_dir, args.team_streams, ready, stop, refused, noisy_core),
             )
             noisy.start()
             ready.wait(120)
@@ -303,7 +344,11 @@ def main() -> None:
         },
     }
     result["team_streams"] = args.team_streams
+    result["streams"] = "in the API process" if args.streams_in_process else "the watch process"
+    result["server_cores"] = args.server_cores
     (out / "tenant_bench.json").write_text(json.dumps(result, indent=2))
+    if args.label:
+        (out / f"tenant_bench_{args.label}.json").write_text(json.dumps(result, indent=2))
     plot(idle, loaded, out / "tenant_isolation.png")
     print("p99 ratio (beside / idle):", json.dumps(ratio))
 

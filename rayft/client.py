@@ -13,10 +13,11 @@ import json
 import os
 import uuid
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import grpc
 
-from rayft_contract.channel import TlsConfig, channel
+from rayft_contract.channel import WATCH_ADDRESS_KEY, TlsConfig, channel, watch_target
 from rayft_contract.convert import spec_to_proto
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.v1 import finetune_pb2 as pb
@@ -50,9 +51,11 @@ class Client:
         self.address = address or os.environ.get("RAYFT_ADDRESS", DEFAULT_ADDRESS)
         token = token or os.environ.get("RAYFT_TOKEN")
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
-        tls = tls if tls is not None else TlsConfig.from_env()
-        self._channel = channel(self.address, tls, options=[("grpc.service_config", RETRY_CONFIG)])
+        self._tls = tls if tls is not None else TlsConfig.from_env()
+        self._channel = channel(self.address, self._tls, options=[("grpc.service_config", RETRY_CONFIG)])
         self._stub = pb_grpc.FineTuningStub(self._channel)
+        self._watch: tuple[grpc.Channel, pb_grpc.FineTuningStub] | None = None
+        """The channel to the service's watch process, once the API port named it."""
 
     def submit(self, spec: FineTuneSpec, idempotency_key: str = "") -> pb.Job:
         """Create the job. Without a key one is made for this call, so a retried send creates one job."""
@@ -78,20 +81,69 @@ class Client:
     def cancel(self, job_id: str) -> pb.Job:
         return self._stub.CancelJob(pb.CancelJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
 
+    def open_watch(self, job_id: str, after_seq: int = 0, timeout: float | None = None) -> Iterator[pb.JobEvent]:
+        """One ``WatchJob`` stream (a gRPC call: iterate it, ``cancel()`` it), where the service serves streams.
+
+        The service runs its streams in a process of its own: its API port refuses WatchJob with
+        FAILED_PRECONDITION and names the watch address in trailing metadata. The first event (or
+        the refusal) is awaited here, so the stream returned is open on the right port. ``timeout``: the
+        whole stream's deadline (none: until the job ends)."""
+        request = pb.WatchJobRequest(job_id=job_id, after_seq=after_seq)
+        stub = self._watch[1] if self._watch is not None else self._stub
+        call = stub.WatchJob(request, metadata=self._metadata, timeout=timeout)
+        try:
+            first = next(call)
+        except StopIteration:
+            return iter(())
+        except grpc.RpcError as exc:
+            advertised = dict(exc.trailing_metadata() or ()).get(WATCH_ADDRESS_KEY)
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION or not advertised or self._watch is not None:
+                raise
+            watch_channel = channel(watch_target(self.address, advertised), self._tls)
+            self._watch = (watch_channel, pb_grpc.FineTuningStub(watch_channel))
+            return self.open_watch(job_id, after_seq, timeout)
+        return _Stream(first, call)
+
     def watch(self, job_id: str, after_seq: int = 0) -> Iterator[pb.JobEvent]:
         """The job's events from ``after_seq`` on, until it ends; resumes after a dropped connection."""
         while True:
             try:
-                for event in self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id, after_seq=after_seq), metadata=self._metadata):
+                for event in self.open_watch(job_id, after_seq):
                     after_seq = event.seq
                     yield event
                 return
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
+                self._forget_watch()  # ask the API port again: the service may have moved its streams
                 import time
 
                 time.sleep(1.0)  # the service is restarting: reconnect from the last seq seen
 
+    def _forget_watch(self) -> None:
+        if self._watch is not None:
+            self._watch[0].close()
+            self._watch = None
+
     def close(self) -> None:
+        self._forget_watch()
         self._channel.close()
+
+
+class _Stream:
+    """A WatchJob call whose first event was read already: iterates from that event on, and cancels."""
+
+    def __init__(self, first: pb.JobEvent, call: Any):
+        self._first, self._call = first, call
+
+    def __iter__(self) -> Iterator[pb.JobEvent]:
+        return self
+
+    def __next__(self) -> pb.JobEvent:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return next(self._call)
+
+    def cancel(self) -> bool:
+        return self._call.cancel()

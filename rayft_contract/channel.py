@@ -72,6 +72,20 @@ def channel(address: str, tls: TlsConfig, options: Sequence[tuple[str, Any]] = (
     return (grpc.aio.insecure_channel if aio else grpc.insecure_channel)(address, options=options)
 
 
+WATCH_ADDRESS_KEY = "rayft-watch-address"
+"""Trailing metadata of a ``WatchJob`` that the API port refuses with FAILED_PRECONDITION: where the
+service's watch process serves the streams. ``:PORT`` means the host the caller dialed, on that port."""
+
+
+def watch_target(api_address: str, advertised: str) -> str:
+    """The address to watch at: ``advertised`` as the service sent it, with ``:PORT`` put on the host of
+    ``api_address`` (``[::1]:50051`` and ``:50052`` give ``[::1]:50052``)."""
+    if not advertised.startswith(":"):
+        return advertised
+    host = api_address.rsplit(":", 1)[0] if api_address.rsplit(":", 1)[-1].isdigit() else api_address
+    return f"{host}{advertised}"
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

@@ -26,9 +26,10 @@ from service.metrics import ServiceMetrics
 from service.policy import PathPolicy
 from service.progress import JobEvents
 from service.reconciler import Reconciler
-from service.server import KEEPALIVE, MAX_MESSAGE_BYTES, FineTuningServicer, JobReportingServicer
+from service.server import KEEPALIVE, MAX_MESSAGE_BYTES, FineTuningServicer, JobReportingServicer, bind, server_credentials
 from service.settings import ServiceSettings
 from service.store import AsyncJobStore, JobStore
+from service.watch import WatchProcess
 
 log = logging.getLogger(__name__)
 
@@ -44,33 +45,32 @@ class Service:
         health_servicer: Any,
         reconciler: Reconciler,
         task: asyncio.Task,
+        watch: WatchProcess | None = None,
+        supervisor: asyncio.Task | None = None,
     ):
         self.servers, self.port, self.report_port, self.health = servers, port, report_port, health_servicer
-        self.reconciler, self.task = reconciler, task
+        self.reconciler, self.task, self.watch, self.supervisor = reconciler, task, watch, supervisor
+
+    @property
+    def watch_port(self) -> int | None:
+        """The watch process's port; ``None``: streams are served on the API's port."""
+        return self.watch.port if self.watch is not None else None
 
     async def stop(self, grace: float) -> None:
         await self.health.enter_graceful_shutdown()
+        if self.supervisor is not None:
+            self.supervisor.cancel()
+        # The watch process's streams get the same grace, at the same time as the API's calls.
+        watch_stopped = asyncio.create_task(asyncio.to_thread(self.watch.stop, grace)) if self.watch is not None else None
         for server in self.servers:
             await server.stop(grace)  # no new calls; in-flight ones get `grace` seconds
+        if watch_stopped is not None:
+            await watch_stopped
         try:
             await asyncio.wait_for(self.reconciler.shutdown(), timeout=grace)
         except TimeoutError:
             log.warning("reconciler did not finish within %.0f s; the next start picks up from the store", grace)
         await asyncio.wait_for(self.task, timeout=grace)
-
-
-def server_credentials(settings: ServiceSettings, client_certs: bool) -> grpc.ServerCredentials | None:
-    """TLS with the service's certificate; ``client_certs``: also require one signed by ``tls_client_ca``."""
-    if not settings.tls:
-        return None
-    key_and_chain = [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())]  # type: ignore[union-attr]
-    if client_certs and settings.tls_client_ca is not None:
-        return grpc.ssl_server_credentials(key_and_chain, settings.tls_client_ca.read_bytes(), require_client_auth=True)
-    return grpc.ssl_server_credentials(key_and_chain)
-
-
-def _bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
-    return server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
 
 
 async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPolicy) -> Service:
@@ -85,10 +85,14 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     names = [pb.DESCRIPTOR.services_by_name[n].full_name for n in ("FineTuning", "JobReporting")]
     store_health = StoreHealth(health_servicer, names)
     options = [*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-    metrics = ServiceMetrics(sync_store.count_by_state)
+    watch = WatchProcess(settings) if settings.watch_process else None
+    watch_address = ""
+    if watch is not None:  # first: it takes a second or two to import and open the store
+        watch_address = settings.watch_address or f":{await asyncio.to_thread(watch.start)}"
+    metrics = ServiceMetrics(sync_store.count_by_state, elsewhere=watch.families if watch is not None else None)
     interceptors = [metrics.interceptor(), StoreFaults()]  # outermost first: a store fault is counted by its status
     server = grpc.aio.server(options=options, interceptors=interceptors)
-    port = _bind(server, f"{settings.host}:{settings.port}", server_credentials(settings, client_certs=True))
+    port = bind(server, f"{settings.host}:{settings.port}", server_credentials(settings, client_certs=True))
     reporting_at, report_port = server, port  # where JobReporting is served
     if settings.tls_client_ca is not None or settings.report_port:
         # Mutual TLS admits team clients by certificate; running jobs hold no certificate (a key in Ray's
@@ -96,7 +100,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         # a port of their own: TLS, and the job's token. gRPC asks for client certificates per port. A
         # port of their own also lets a NetworkPolicy open reporting to the Ray pods alone (k8s/).
         reporting_at = grpc.aio.server(options=options, interceptors=interceptors)
-        report_port = _bind(reporting_at, f"{settings.host}:{settings.report_port}", server_credentials(settings, False))
+        report_port = bind(reporting_at, f"{settings.host}:{settings.report_port}", server_credentials(settings, False))
     endpoints = list(dict.fromkeys([server, reporting_at]))  # health on each
     servers = list(endpoints)
     if settings.health_port is not None:
@@ -128,7 +132,9 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         metrics=metrics,
     )
     reporting = JobReportingServicer(store, events, launch_key, metrics)
-    pb_grpc.add_FineTuningServicer_to_server(FineTuningServicer(store, events, reconciler, settings, policy, metrics), server)
+    pb_grpc.add_FineTuningServicer_to_server(
+        FineTuningServicer(store, events, reconciler, settings, policy, metrics, watch_address), server
+    )
     pb_grpc.add_JobReportingServicer_to_server(reporting, reporting_at)
     for each in endpoints:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, each)
@@ -141,11 +147,13 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     task = asyncio.create_task(reconciler.run_forever(), name="reconciler")
+    supervisor = asyncio.create_task(watch.supervise(), name="watch-supervisor") if watch is not None else None
     log.info(
-        "rayft service on %s:%d (%s; jobs report to %s; Ray %s, auth %s, %s)",
+        "rayft service on %s:%d (%s; streams %s; jobs report to %s; Ray %s, auth %s, %s)",
         settings.host,
         port,
         "mutual TLS" if settings.tls_client_ca else "TLS" if settings.tls else "plaintext, loopback only",
+        f"on port {watch.port}, a process of their own" if watch is not None else "in this process",
         report_address,
         ray_address,
         "on" if settings.auth else "off",
@@ -153,7 +161,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         if policy.enforce
         else "no path policy: one person's service, spec paths used as given",
     )
-    return Service(servers, port, report_port, health_servicer, reconciler, task)
+    return Service(servers, port, report_port, health_servicer, reconciler, task, watch, supervisor)
 
 
 async def serve(settings: ServiceSettings, store: JobStore, policy: PathPolicy, ready: asyncio.Event | None = None) -> None:

@@ -18,12 +18,12 @@ The report lag compares the job's clock with the service's: on different hosts i
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from rayft_contract.states import JobState
 
@@ -34,7 +34,15 @@ LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300)
 class ServiceMetrics:
     """One registry per service (not Prometheus' global one), so every series is the service's own."""
 
-    def __init__(self, count_jobs: Callable[[], dict[tuple[JobState, str], int]]):
+    def __init__(
+        self,
+        count_jobs: Callable[[], dict[tuple[JobState, str], int]] | None = None,
+        elsewhere: Callable[[], Iterable[Metric]] | None = None,
+    ):
+        """``count_jobs``: the store's job counts (the API process; the watch process has none);
+        ``elsewhere``: another process's series, added into these at each scrape (the watch process's:
+        ``service/watch.py``), so the operator scrapes one endpoint."""
+        self.elsewhere = elsewhere
         self.registry = CollectorRegistry()
         self.rpcs = Counter("rayft_rpc", "Calls by method and final status", ["method", "code"], registry=self.registry)
         self.rpc_seconds = Histogram(
@@ -54,15 +62,47 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self.launch_failures = Counter("rayft_launch_failures", "Launches that failed", ["reason"], registry=self.registry)
-        self.registry.register(_JobsByState(count_jobs))
+        if count_jobs is not None:
+            self.registry.register(_JobsByState(count_jobs))
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host:port`` (0: a free port) in a thread of its own; the port."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        exposed = self.registry
+        if self.elsewhere is not None:
+            exposed = CollectorRegistry()
+            exposed.register(_Merged(self.registry, self.elsewhere))
+        server, _ = start_http_server(port, addr=host, registry=exposed)
         return server.server_port
 
     def interceptor(self) -> grpc.aio.ServerInterceptor:
         return _RpcMetrics(self)
+
+
+class _Merged:
+    """This process's series with another's added in: samples with the same name and labels are summed
+    (counters, histograms' buckets, sums and counts, and the stream gauge: each process holds its own
+    share), the rest put beside. Written here because prometheus_client's multiprocess mode needs its
+    directory set before the library is first imported, and the service imports it at start-up."""
+
+    def __init__(self, own: CollectorRegistry, elsewhere: Callable[[], Iterable[Metric]]):
+        self.own, self.elsewhere = own, elsewhere
+
+    def collect(self) -> Iterable[Metric]:
+        families = {family.name: family for family in self.own.collect()}
+        for family in self.elsewhere():
+            if family.name.endswith("_created"):  # a series' creation time (text format: a gauge of its own)
+                continue
+            mine = families.setdefault(family.name, family)
+            if mine is family:
+                continue
+            at = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(mine.samples)}
+            for sample in family.samples:
+                i = at.get((sample.name, tuple(sorted(sample.labels.items()))))
+                if i is None:
+                    mine.samples.append(sample)
+                elif not sample.name.endswith("_created"):  # a creation time is not a count: keep ours
+                    mine.samples[i] = mine.samples[i]._replace(value=mine.samples[i].value + sample.value)
+        yield from families.values()
 
 
 class _JobsByState:

@@ -10,12 +10,15 @@ connected.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
 from rayft_contract.states import JobState
-from service.store import AsyncJobStore, EventRecord, JobRecord
+from service.store import AsyncJobStore, EventRecord, JobRecord, StoreError
+
+log = logging.getLogger(__name__)
 
 
 class JobEvents:
@@ -46,6 +49,27 @@ class JobEvents:
             waiting = self._next.pop(event.job_id, None)
             if waiting is not None and not waiting.done():
                 waiting.set_result(None)
+
+    async def follow_store(self, poll_s: float = 0.05) -> None:
+        """Hear the events another process stores, and wake this process's followers with each, until
+        cancelled. The watch process runs this (``service/watch.py``): the API process writes the events.
+
+        It polls the store's log position, every ``poll_s`` while nothing is new: one indexed read of a
+        few microseconds, 20 a second, and an event waits at most ``poll_s`` longer than in one process.
+        A notice over a pipe from the writer would be quicker, but would cost the API process a send per
+        event and be lost when either process restarts; the store knows every event, in order."""
+        position = await self.store.log_position()
+        while True:
+            try:
+                events, position = await self.store.events_since(position)
+            except StoreError as exc:  # locked or damaged for now: the streams wait, and this looks again
+                log.warning("watch streams cannot read new events: %s", exc)
+                events = []
+                await asyncio.sleep(1.0)
+            for event in events:
+                await self._bump(event)
+            if not events:
+                await asyncio.sleep(poll_s)
 
     async def append(self, job_id: str, kind: str, data: dict[str, Any]) -> EventRecord:
         event = await self.store.append_event(job_id, kind, data)

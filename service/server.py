@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from rayft_contract import convert
+from rayft_contract.channel import WATCH_ADDRESS_KEY
 from rayft_contract.events import REPORTABLE, Event
 from rayft_contract.records import JobPhase
 from rayft_contract.spec import MAX_SPEC_BYTES, SpecError
@@ -49,34 +50,31 @@ KEEPALIVE = [
 ]
 
 
-class FineTuningServicer(pb_grpc.FineTuningServicer):
-    def __init__(
-        self,
-        store: AsyncJobStore,
-        events: JobEvents,
-        reconciler: Reconciler,
-        settings: ServiceSettings,
-        policy: PathPolicy,
-        metrics: ServiceMetrics,
-    ):
-        self.store, self.events, self.reconciler, self.settings = store, events, reconciler, settings
-        self.policy, self.metrics = policy, metrics
+def server_credentials(settings: ServiceSettings, client_certs: bool) -> grpc.ServerCredentials | None:
+    """TLS with the service's certificate; ``client_certs``: also require one signed by ``tls_client_ca``."""
+    if not settings.tls:
+        return None
+    key_and_chain = [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())]  # type: ignore[union-attr]
+    if client_certs and settings.tls_client_ca is not None:
+        return grpc.ssl_server_credentials(key_and_chain, settings.tls_client_ca.read_bytes(), require_client_auth=True)
+    return grpc.ssl_server_credentials(key_and_chain)
+
+
+def bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    return server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+
+
+class TeamServicer(pb_grpc.FineTuningServicer):
+    """What the team API's two servicers share: the caller's team from its token, a job that only its own
+    team sees, and ``WatchJob``'s streams, with their quotas. ``FineTuningServicer`` serves the API; with
+    the watch process (the default, ``service/watch.py``), ``WatchServicer`` serves the streams there."""
+
+    def __init__(self, store: AsyncJobStore, events: JobEvents, settings: ServiceSettings, metrics: ServiceMetrics):
+        self.store, self.events, self.settings, self.metrics = store, events, settings, metrics
         self.streams: Counter[str] = Counter()
         """Open WatchJob streams by team."""
         self._protos: OrderedDict[tuple[str, int], pb.JobEvent] = OrderedDict()
         """Recent events as messages: one event goes out to every stream on its job, built once."""
-        self._specs: OrderedDict[str, pb.FineTuneSpec] = OrderedDict()
-        """Recent jobs' specs as messages, by job id."""
-
-    def _job_proto(self, job: JobRecord) -> pb.Job:
-        """The whole job as the API shows it, its spec message built once per job (a job's spec never
-        changes once stored; building it was a third of a GetJob's time in the server)."""
-        spec = self._specs.get(job.id)
-        if spec is None:
-            spec = self._specs[job.id] = convert.spec_to_proto(job.spec)
-            if len(self._specs) > 4096:
-                self._specs.popitem(last=False)
-        return job_to_proto(job, spec=spec)
 
     def _event_proto(self, event: EventRecord) -> pb.JobEvent:
         key = (event.job_id, event.seq)
@@ -108,6 +106,61 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
         return job
+
+    async def _stream(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
+        team = await self._team(context)
+        if sum(self.streams.values()) >= self.settings.max_streams:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the service has {self.settings.max_streams} open watch streams, its limit: retry later",
+            )
+        if self.streams[team] >= self.settings.max_streams_per_team:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"team {team!r} has {self.settings.max_streams_per_team} open watch streams, its limit: close one",
+            )
+        job = await self._job(request.job_id, team, context)  # after the quotas: a refusal costs no store read
+        self.streams[team] += 1
+        self.metrics.streams.labels(team).inc()
+        opened = time.time()
+        try:
+            async for event in self.events.follow(job.id, request.after_seq):
+                if event.time >= opened:  # live, not the history replayed to a new watcher
+                    self.metrics.stream_lag.observe(max(time.time() - event.time, 0.0))
+                yield self._event_proto(event)
+        finally:  # ended, cancelled by the client, or cut off by shutdown
+            self.streams[team] -= 1
+            self.metrics.streams.labels(team).dec()
+
+
+class FineTuningServicer(TeamServicer):
+    def __init__(
+        self,
+        store: AsyncJobStore,
+        events: JobEvents,
+        reconciler: Reconciler,
+        settings: ServiceSettings,
+        policy: PathPolicy,
+        metrics: ServiceMetrics,
+        watch_address: str = "",
+    ):
+        super().__init__(store, events, settings, metrics)
+        self.reconciler, self.policy = reconciler, policy
+        self.watch_address = watch_address
+        """Where the watch process serves WatchJob (``:PORT``: this host), told to every WatchJob here;
+        empty: the streams are served in this process."""
+        self._specs: OrderedDict[str, pb.FineTuneSpec] = OrderedDict()
+        """Recent jobs' specs as messages, by job id."""
+
+    def _job_proto(self, job: JobRecord) -> pb.Job:
+        """The whole job as the API shows it, its spec message built once per job (a job's spec never
+        changes once stored; building it was a third of a GetJob's time in the server)."""
+        spec = self._specs.get(job.id)
+        if spec is None:
+            spec = self._specs[job.id] = convert.spec_to_proto(job.spec)
+            if len(self._specs) > 4096:
+                self._specs.popitem(last=False)
+        return job_to_proto(job, spec=spec)
 
     async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         team = await self._team(context)
@@ -203,29 +256,39 @@ class FineTuningServicer(pb_grpc.FineTuningServicer):
         return self._job_proto(job)
 
     async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
-        team = await self._team(context)
-        if sum(self.streams.values()) >= self.settings.max_streams:
+        if self.watch_address:  # before the token is read: sending a caller on costs this process nothing
             await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the service has {self.settings.max_streams} open watch streams, its limit: retry later",
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"WatchJob is served at {self.watch_address} (the service's watch process), not on this port: "
+                f"watch there (rayft's client follows the `{WATCH_ADDRESS_KEY}` metadata by itself)",
+                trailing_metadata=((WATCH_ADDRESS_KEY, self.watch_address),),
             )
-        if self.streams[team] >= self.settings.max_streams_per_team:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"team {team!r} has {self.settings.max_streams_per_team} open watch streams, its limit: close one",
-            )
-        job = await self._job(request.job_id, team, context)  # after the quotas: a refusal costs no store read
-        self.streams[team] += 1
-        self.metrics.streams.labels(team).inc()
-        opened = time.time()
-        try:
-            async for event in self.events.follow(job.id, request.after_seq):
-                if event.time >= opened:  # live, not the history replayed to a new watcher
-                    self.metrics.stream_lag.observe(max(time.time() - event.time, 0.0))
-                yield self._event_proto(event)
-        finally:  # ended, cancelled by the client, or cut off by shutdown
-            self.streams[team] -= 1
-            self.metrics.streams.labels(team).dec()
+        async for message in self._stream(request, context):
+            yield message
+
+
+class WatchServicer(TeamServicer):
+    """The watch process's servicer: ``WatchJob`` alone. The API's other calls are refused by name, so a
+    client pointed at the wrong port hears where to go."""
+
+    async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
+        async for message in self._stream(request, context):
+            yield message
+
+    async def _elsewhere(self, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this port serves WatchJob only: call the service's API port")
+
+    async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        await self._elsewhere(context)
+
+    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        await self._elsewhere(context)
+
+    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
+        await self._elsewhere(context)
+
+    async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        await self._elsewhere(context)
 
 
 class JobReportingServicer(pb_grpc.JobReportingServicer):

@@ -39,6 +39,16 @@ class ServiceSettings:
     32 streams 1.8-5x (bench/tenant_bench.py, 2 cores)."""
     max_streams: int = 1000
     """Open WatchJob streams in all (``RAYFT_MAX_STREAMS``): 1,500 idle watchers made other calls 15x slower."""
+    watch_process: bool = True
+    """Serve ``WatchJob`` from a process of its own (``RAYFT_WATCH_PROCESS=0``: in the API's process), so that
+    one team's streams never hold up another team's calls (``service/watch.py`` says why, with numbers).
+    Clients are sent there by the API port (``rayft-watch-address`` metadata); rayft's client follows."""
+    watch_port: int | None = None
+    """The watch process's port (``RAYFT_WATCH_PORT``); unset: the API's port + 1 (+ 2 when that is
+    ``report_port``), or a free one when the API's port is picked (0). Same host, TLS and tokens as the API."""
+    watch_address: str = ""
+    """The address clients are told to watch at (``RAYFT_WATCH_ADDRESS``), where the watch port is reached
+    under another name or port (a load balancer); default ``:{watch_port}``, the host the client dialed."""
     tls_cert: Path | None = None
     """PEM certificate chain the service presents (``RAYFT_TLS_CERT``), with ``tls_key``: TLS on every port."""
     tls_key: Path | None = None
@@ -100,6 +110,15 @@ class ServiceSettings:
     def tls(self) -> bool:
         return self.tls_cert is not None
 
+    @property
+    def resolved_watch_port(self) -> int:
+        """``watch_port``, or its default: the API's port + 1 (0, a free one, when the API's is picked)."""
+        if self.watch_port is not None:
+            return self.watch_port
+        if not self.port:
+            return 0
+        return self.port + 2 if self.report_port == self.port + 1 else self.port + 1
+
     @classmethod
     def from_env(cls, **overrides: object) -> ServiceSettings:
         env = os.environ
@@ -115,6 +134,9 @@ class ServiceSettings:
             "max_streams_per_team": int(env.get("RAYFT_MAX_STREAMS_PER_TEAM", cls.max_streams_per_team)),
             "max_streams": int(env.get("RAYFT_MAX_STREAMS", cls.max_streams)),
             "report_address": env.get("RAYFT_REPORT_ADDRESS", ""),
+            "watch_process": _flag(env, "RAYFT_WATCH_PROCESS", True),
+            "watch_port": int(env["RAYFT_WATCH_PORT"]) if env.get("RAYFT_WATCH_PORT") else None,
+            "watch_address": env.get("RAYFT_WATCH_ADDRESS", ""),
             "tls_cert": env.get("RAYFT_TLS_CERT") or None,
             "tls_key": env.get("RAYFT_TLS_KEY") or None,
             "tls_client_ca": env.get("RAYFT_TLS_CLIENT_CA") or None,

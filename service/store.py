@@ -99,6 +99,14 @@ class JobStore(Protocol):
 
     def events(self, job_id: str, after_seq: int = 0, limit: int = 1000) -> list[EventRecord]: ...
 
+    def log_position(self) -> int:
+        """Where the log of every job's events ends now: a cursor for ``events_since``."""
+
+    def events_since(self, position: int, limit: int = 1000) -> tuple[list[EventRecord], int]:
+        """Every job's events stored after ``position``, in the order they were stored, and the position
+        after the last one returned. What another process follows the store with (the watch process:
+        ``service/watch.py``); the writer's own process is told of its events directly."""
+
     def bind_report_token(self, job_id: str, token_hash: str) -> bool:
         """Make ``token_hash`` the job's report token unless another is bound already, atomically: True when
         it is the job's (now or before: a retried claim), False when the job was claimed with another."""

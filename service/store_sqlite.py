@@ -297,6 +297,18 @@ class SqliteJobStore:
             )
             return [EventRecord(r["job_id"], r["seq"], r["time"], r["kind"], json.loads(r["data"])) for r in rows.fetchall()]
 
+    def log_position(self) -> int:
+        with self._read() as db:
+            return db.execute("SELECT COALESCE(MAX(rowid), 0) FROM events").fetchone()[0]
+
+    def events_since(self, position: int, limit: int = 1000) -> tuple[list[EventRecord], int]:
+        # SQLite gives each row a rowid above every row stored before it, and one writer at a time commits:
+        # a reader that sees rowid N has seen every row below it. Events are never deleted.
+        with self._read() as db:
+            rows = db.execute("SELECT rowid, * FROM events WHERE rowid > ? ORDER BY rowid LIMIT ?", (position, limit)).fetchall()
+        events = [EventRecord(r["job_id"], r["seq"], r["time"], r["kind"], json.loads(r["data"])) for r in rows]
+        return events, rows[-1]["rowid"] if rows else position
+
     # -- tokens ------------------------------------------------------------------------------
 
     def add_token(self, team: str, token_hash: str, expires_at: float | None = None) -> TokenRecord:

@@ -100,6 +100,9 @@ class FineTuningServicer:
     def WatchJob(self, request, context):
         """Server-streaming: replays the job's events with seq > after_seq, then streams new ones as they
         happen, and ends after the job's final event. Reconnect with the last seq seen to miss nothing.
+        Errors: NOT_FOUND, UNAUTHENTICATED, RESOURCE_EXHAUSTED (the team's or the service's stream limit),
+        FAILED_PRECONDITION when this port does not serve streams: the service runs them in a process of
+        its own, and the trailing metadata `rayft-watch-address` says where (":PORT": the same host).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -210,12 +210,16 @@ def test_service_deployment_wiring(path):
     env = env_of(container)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert int(env["RAYFT_PORT"]) == ports["grpc"]
+    assert int(env["RAYFT_WATCH_PORT"]) == ports["watch"]  # WatchJob's process: clients are sent to this port
     assert int(env["RAYFT_HEALTH_PORT"]) == ports["health"] == container["readinessProbe"]["grpc"]["port"]
     assert container["livenessProbe"]["grpc"]["port"] == ports["health"] and int(env["RAYFT_METRICS_PORT"]) == ports["metrics"]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     service_ports = {p["port"] for p in service["spec"]["ports"]}
     host, _, port = env["RAYFT_REPORT_ADDRESS"].partition(":")
     assert host == service["metadata"]["name"] and int(port) in service_ports
+    assert int(env["RAYFT_WATCH_PORT"]) in service_ports
+    open_ports = {p["port"] for r in one("NetworkPolicy", path, "rayft-service")["spec"]["ingress"] for p in r["ports"]}
+    assert {int(env["RAYFT_PORT"]), int(env["RAYFT_WATCH_PORT"])} <= open_ports
     assert int(port) == int(env.get("RAYFT_REPORT_PORT") or env["RAYFT_PORT"])
     assert env["RAYFT_RAY_ADDRESS"] == f"http://{cluster['metadata']['name']}-head-svc:8265"
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"  # one SQLite writer
@@ -289,8 +293,10 @@ def test_in_prod_only_the_ray_pods_reach_the_reporting_port():
     rules = one("NetworkPolicy", name="rayft-service")["spec"]["ingress"]
     reaching = [r for r in rules if any(p["port"] == report_port for p in r["ports"])]
     assert [r["from"] for r in reaching] == [[{"podSelector": {"matchLabels": {"ray.io/cluster": "rayft"}}}]]
-    public = one("Service", name="rayft-public")
-    assert public["spec"]["type"] == "LoadBalancer" and [p["port"] for p in public["spec"]["ports"]] == [50051]
+    public = one("Service", name="rayft-public")  # the team API and its watch streams; never the reporting port
+    env = env_of(container)
+    assert public["spec"]["type"] == "LoadBalancer"
+    assert [p["port"] for p in public["spec"]["ports"]] == [int(env["RAYFT_PORT"]), int(env["RAYFT_WATCH_PORT"])]
 
 
 def test_in_prod_drains_wait_for_running_jobs_and_pods_have_defined_priorities():

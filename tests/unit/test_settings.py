@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from rayft_contract.channel import watch_target
 from service.auth import bearer, hash_token, new_token
 from service.settings import ServiceSettings
 
@@ -88,3 +89,23 @@ def test_cluster_gpus_is_a_count_of_zero_or_more(monkeypatch):
     assert ServiceSettings.from_env().cluster_gpus == 8
     with pytest.raises(ValueError, match="RAYFT_CLUSTER_GPUS"):
         ServiceSettings(cluster_gpus=-1)
+
+
+def test_the_watch_port_defaults_beside_the_api_port_and_never_on_the_report_port():
+    assert ServiceSettings(port=50051).resolved_watch_port == 50052
+    assert ServiceSettings(port=50051, report_port=50052).resolved_watch_port == 50053
+    assert ServiceSettings(port=0).resolved_watch_port == 0  # the API's picked: so is this one
+    assert ServiceSettings(port=50051, watch_port=7000).resolved_watch_port == 7000
+
+
+@pytest.mark.parametrize(
+    ("api", "advertised", "target"),
+    [
+        ("rayft.example:443", ":50053", "rayft.example:50053"),
+        ("[::1]:50051", ":50052", "[::1]:50052"),
+        ("localhost", ":50052", "localhost:50052"),
+        ("10.0.0.1:50051", "watch.example:443", "watch.example:443"),  # RAYFT_WATCH_ADDRESS, as given
+    ],
+)
+def test_a_watch_address_of_a_port_alone_is_on_the_host_the_client_dialed(api, advertised, target):
+    assert watch_target(api, advertised) == target

@@ -105,6 +105,21 @@ def test_events_are_gapless_and_replayable(store):
         store.append_event("nope", "progress", {})
 
 
+def test_the_whole_log_is_followed_in_the_order_it_was_stored_from_a_position(store):
+    start = store.log_position()
+    a, _ = store.create(record())
+    b, _ = store.create(record())
+    store.append_event(b.id, "progress", {"step": 1})
+    store.append_event(a.id, "progress", {"step": 1})
+    events, position = store.events_since(start)
+    assert [(e.job_id, e.seq) for e in events] == [(a.id, 1), (b.id, 1), (b.id, 2), (a.id, 2)]
+    assert position == store.log_position()
+    assert store.events_since(position) == ([], position)  # nothing new: the same position back
+    first, middle = store.events_since(start, limit=1)
+    assert [(e.job_id, e.seq) for e in first] == [(a.id, 1)]
+    assert [(e.job_id, e.seq) for e in store.events_since(middle)[0]] == [(b.id, 1), (b.id, 2), (a.id, 2)]
+
+
 def test_reports_are_stored_once(store):
     job, _ = store.create(record())
     assert store.append_report(job.id, 1, "progress", {"step": 1}).seq == 2
