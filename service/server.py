@@ -41,6 +41,11 @@ spec a little over its limit gets a message naming it, while megabytes are cut o
 MAX_PAGE_BYTES = 1024 * 1024
 """A ListJobs page stops at this size, whatever page_size asks: under a client's 4 MiB default
 receive limit, and a bound on the server's memory per call."""
+FULL_VIEW_CHUNK = 32
+"""Whole specs a full-view ListJobs reads from the store at a time (at most 2 MB of JSON): a page that stops
+at MAX_PAGE_BYTES after 17 jobs no longer reads and parses 500 specs to send 17."""
+SPEC_CACHE_BYTES = 32 * 1024 * 1024
+"""Spec messages kept built, by their size: 4,096 of them at the 64 KB limit were 256 MB."""
 KEEPALIVE = [
     ("grpc.keepalive_time_ms", 30_000),  # ping idle streams every 30 s so proxies keep them open
     ("grpc.keepalive_timeout_ms", 10_000),
@@ -150,7 +155,8 @@ class FineTuningServicer(TeamServicer):
         """Where the watch process serves WatchJob (``:PORT``: this host), told to every WatchJob here;
         empty: the streams are served in this process."""
         self._specs: OrderedDict[str, pb.FineTuneSpec] = OrderedDict()
-        """Recent jobs' specs as messages, by job id."""
+        """Recent jobs' specs as messages, by job id, up to SPEC_CACHE_BYTES in all."""
+        self._spec_bytes = 0
 
     def _job_proto(self, job: JobRecord) -> pb.Job:
         """The whole job as the API shows it, its spec message built once per job (a job's spec never
@@ -158,8 +164,9 @@ class FineTuningServicer(TeamServicer):
         spec = self._specs.get(job.id)
         if spec is None:
             spec = self._specs[job.id] = convert.spec_to_proto(job.spec)
-            if len(self._specs) > 4096:
-                self._specs.popitem(last=False)
+            self._spec_bytes += spec.ByteSize()
+            while self._spec_bytes > SPEC_CACHE_BYTES and len(self._specs) > 1:
+                self._spec_bytes -= self._specs.popitem(last=False)[1].ByteSize()
         return job_to_proto(job, spec=spec)
 
     async def CreateJob(self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
@@ -230,16 +237,22 @@ class FineTuningServicer(TeamServicer):
         if request.page_token and await self._job_of(request.page_token, team) is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token: not one this service gave; start without one")
         full = request.view == pb.JOB_VIEW_FULL
-        jobs = await self.store.list(team, states, limit=size + 1, after=request.page_token)
-        page, total = [], 0
-        for job in jobs[:size]:
-            message = self._job_proto(job) if full else job_to_proto(job, full=False)
-            total += message.ByteSize()
-            if page and total > MAX_PAGE_BYTES:
-                break
-            page.append(message)
-        more = len(page) < len(jobs)
-        return pb.ListJobsResponse(jobs=page, next_page_token=page[-1].id if more and page else "")
+        page: list[pb.Job] = []
+        total, after = 0, request.page_token
+        while True:  # the basic view in one read; the full one a few whole specs at a time
+            chunk = min(size - len(page), FULL_VIEW_CHUNK) if full else size - len(page)
+            jobs = await self.store.list(team, states, limit=chunk + 1, after=after, specs=full)
+            for job in jobs[:chunk]:
+                message = self._job_proto(job) if full else job_to_proto(job, full=False)
+                total += message.ByteSize()
+                if page and total > MAX_PAGE_BYTES:
+                    return pb.ListJobsResponse(jobs=page, next_page_token=page[-1].id)
+                page.append(message)
+            if len(jobs) <= chunk:  # the team has no more
+                return pb.ListJobsResponse(jobs=page)
+            if len(page) == size:
+                return pb.ListJobsResponse(jobs=page, next_page_token=page[-1].id)
+            after = page[-1].id
 
     async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         job = await self._job(request.job_id, await self._team(context), context)

@@ -178,8 +178,10 @@ class SqliteJobStore:
             row = db.execute("SELECT * FROM jobs WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)).fetchone()
         return _job(row) if row else None
 
-    def list(self, team: str, states: Sequence[JobState] = (), limit: int = 50, after: str = "") -> list[JobRecord]:
-        sql, args = "SELECT * FROM jobs WHERE team = ?", [team]
+    def list(
+        self, team: str, states: Sequence[JobState] = (), limit: int = 50, after: str = "", specs: bool = True
+    ) -> list[JobRecord]:
+        sql, args = f"SELECT {'*' if specs else _WITHOUT_SPEC} FROM jobs WHERE team = ?", [team]
         if states:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args += [JobState(s).value for s in states]
@@ -358,6 +360,14 @@ class SqliteJobStore:
 
 def _token(row: sqlite3.Row) -> TokenRecord:
     return TokenRecord(row["token_hash"][:TOKEN_ID_LEN], row["team"], row["created_at"], row["expires_at"], row["revoked_at"])
+
+
+_WITHOUT_SPEC = ", ".join(
+    "json_object('name', COALESCE(json_extract(spec, '$.name'), '')) AS spec" if f.name == "spec" else f.name
+    for f in dataclasses.fields(JobRecord)
+)
+"""A job's columns with its spec cut to its name, in SQLite: a list of 500 jobs with 64 KB specs parsed 30 MB
+of JSON into Python objects for names alone (16 such lists at once: 466 MB of the server's memory)."""
 
 
 def _job(row: sqlite3.Row) -> JobRecord:

@@ -20,9 +20,11 @@ import pytest
 from rayft.client import Client
 from rayft.local_service import wait_ready
 from rayft_contract.convert import message_to_dict, spec_to_proto
+from rayft_contract.states import JobState
 from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service import auth
+from service.store import JobRecord
 from service.store_sqlite import SqliteJobStore
 
 pytestmark = pytest.mark.integration
@@ -283,7 +285,6 @@ def test_a_launch_that_reached_ray_before_the_service_died_keeps_every_report(ra
     QUEUED, the reconciler launches it again with the same ticket, Ray says it has it, and the driver
     that was already running (it waited out the outage) claims, reports and succeeds."""
     from service.launcher import RayJobLauncher
-    from service.store import JobRecord
 
     srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_LAUNCH_PAUSED="1").start()
     client = Client(srv.address, tokens["team-a"])
@@ -863,6 +864,28 @@ def test_lists_leave_specs_out_unless_asked_and_bad_filters_are_invalid_argument
             client._stub.ListJobs(request, metadata=client._metadata)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info.value.details().startswith(f"{field}: ")
     client.cancel(job.id)
+
+
+def test_full_lists_stop_each_page_at_a_megabyte_and_every_job_comes_once_in_order(paused_server, tokens, tiny_spec):
+    body = {**tiny_spec.to_dict(), "data": {**tiny_spec.to_dict()["data"], "chat_template": "{{ messages }}" + " " * 20_000}}
+    store, now = SqliteJobStore(paused_server.data_dir / "jobs.db"), time.time()
+    for i in range(70):  # written straight into the store: 1.4 MB of specs, more than one page
+        store.create(JobRecord(f"ft-listed-{i:03d}", "team-a", JobState.QUEUED, {**body, "name": f"l{i}"}, now + i, now + i))
+    store.close()
+    client = Client(paused_server.address, tokens["team-a"])
+    pages, token = [], ""
+    while True:
+        request = pb.ListJobsRequest(page_size=500, page_token=token, view=pb.JOB_VIEW_FULL)
+        response = client._stub.ListJobs(request, metadata=client._metadata)
+        pages.append(response.jobs)
+        if not (token := response.next_page_token):
+            break
+    assert len(pages) == 2 and all(sum(j.ByteSize() for j in page) <= 1024 * 1024 for page in pages)
+    assert len(pages[0]) > 32  # one page read from the store in more than one piece
+    assert [j.id for page in pages for j in page] == [f"ft-listed-{i:03d}" for i in reversed(range(70))]
+    assert all(len(j.spec.data.chat_template) > 20_000 for page in pages for j in page)  # whole specs
+    basic = client._stub.ListJobs(pb.ListJobsRequest(page_size=50), metadata=client._metadata)
+    assert len(basic.jobs) == 50 and basic.next_page_token == basic.jobs[-1].id and basic.jobs[0].spec.name == "l69"
 
 
 def test_service_killed_mid_job_restarts_and_loses_nothing(ray_cluster, tmp_path, tokens, tiny_spec, policy):

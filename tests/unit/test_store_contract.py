@@ -146,6 +146,15 @@ def test_a_summary_report_is_the_jobs_summary_and_a_repeat_changes_nothing(store
     assert store.get(job.id).summary == {"steps": 3}
 
 
+def test_a_list_without_specs_names_each_job_and_reads_nothing_else_of_its_spec(store):
+    job, _ = store.create(record(spec={"name": "named", "data": {"path": "/d" * 1000}}))
+    nameless, _ = store.create(record(spec={"data": {"path": "/d"}}))
+    by_id = {j.id: j for j in store.list("team-a", specs=False)}
+    assert by_id[job.id].spec == {"name": "named"} and by_id[nameless.id].spec == {"name": ""}
+    assert by_id[job.id].state is JobState.QUEUED and by_id[job.id].last_seq == 1
+    assert {j.id: j.spec for j in store.list("team-a")}[job.id]["data"]["path"] == "/d" * 1000
+
+
 def test_list_filters_and_pages_newest_first(store):
     jobs = [store.create(record(at=1000.0 + i))[0] for i in range(7)]
     store.create(record(team="team-b"))
