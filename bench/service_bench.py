@@ -103,13 +103,17 @@ async def bench_streams(address: str, token: str, job_id: str, job_token: str, k
     sent: dict[int, float] = {}
     delays: list[float] = []
     received = [0] * k
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = pb_grpc.FineTuningStub(channel)
+    finding = Client(address, token)  # the API port names where streams are served (the watch process)
+    finding.open_watch(job_id).cancel()
+    watch_address = finding.watch_address
+    finding.close()
+    async with grpc.aio.insecure_channel(address) as channel, grpc.aio.insecure_channel(watch_address) as watch_channel:
+        stub, watch_stub = pb_grpc.FineTuningStub(channel), pb_grpc.FineTuningStub(watch_channel)
         start_seq = (await stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=metadata)).last_seq
         ready = asyncio.Semaphore(0)
 
         async def watch(i: int) -> None:
-            call = stub.WatchJob(pb.WatchJobRequest(job_id=job_id, after_seq=start_seq), metadata=metadata)
+            call = watch_stub.WatchJob(pb.WatchJobRequest(job_id=job_id, after_seq=start_seq), metadata=metadata)
             ready.release()
             try:
                 await follow(i, call)

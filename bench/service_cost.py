@@ -62,8 +62,7 @@ def main() -> None:
             client = Client(address, token)
             jobs = [client.submit(FineTuneSpec.from_dict({**SPEC, "name": f"j{i}"})) for i in range(4)]  # the quota
             more = FineTuneSpec.from_dict({**SPEC, "name": "more"})
-            watch = pb.WatchJobRequest(job_id=jobs[0].id)
-            open_streams = [client._stub.WatchJob(watch, metadata=client._metadata) for _ in range(STREAMS)]  # the quota
+            open_streams = [client.open_watch(jobs[0].id) for _ in range(STREAMS)]  # the quota
             delivered = [0]
 
             def drain(stream) -> None:  # noqa: ANN001
@@ -90,7 +89,7 @@ def main() -> None:
                     proc.pid, lambda: refused(lambda: client.submit(more))
                 ),
                 "WatchJob refused (team at its stream quota)": per_call_ms(
-                    proc.pid, lambda: refused(lambda: next(iter(client._stub.WatchJob(watch, metadata=client._metadata))))
+                    proc.pid, lambda: refused(lambda: client.open_watch(jobs[0].id))
                 ),
             }
             report_token = auth.new_token()

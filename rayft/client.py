@@ -54,7 +54,7 @@ class Client:
         self._tls = tls if tls is not None else TlsConfig.from_env()
         self._channel = channel(self.address, self._tls, options=[("grpc.service_config", RETRY_CONFIG)])
         self._stub = pb_grpc.FineTuningStub(self._channel)
-        self._watch: tuple[grpc.Channel, pb_grpc.FineTuningStub] | None = None
+        self._watch: tuple[grpc.Channel, pb_grpc.FineTuningStub, str] | None = None
         """The channel to the service's watch process, once the API port named it."""
 
     def submit(self, spec: FineTuneSpec, idempotency_key: str = "") -> pb.Job:
@@ -81,6 +81,12 @@ class Client:
     def cancel(self, job_id: str) -> pb.Job:
         return self._stub.CancelJob(pb.CancelJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
 
+    @property
+    def watch_address(self) -> str:
+        """Where this client's WatchJob streams go: the API's address, or the watch process's once the
+        service named it (after the first ``open_watch``/``watch``)."""
+        return self._watch[2] if self._watch is not None else self.address
+
     def open_watch(self, job_id: str, after_seq: int = 0, timeout: float | None = None) -> Iterator[pb.JobEvent]:
         """One ``WatchJob`` stream (a gRPC call: iterate it, ``cancel()`` it), where the service serves streams.
 
@@ -99,8 +105,9 @@ class Client:
             advertised = dict(exc.trailing_metadata() or ()).get(WATCH_ADDRESS_KEY)
             if exc.code() != grpc.StatusCode.FAILED_PRECONDITION or not advertised or self._watch is not None:
                 raise
-            watch_channel = channel(watch_target(self.address, advertised), self._tls)
-            self._watch = (watch_channel, pb_grpc.FineTuningStub(watch_channel))
+            target = watch_target(self.address, advertised)
+            watch_channel = channel(target, self._tls)
+            self._watch = (watch_channel, pb_grpc.FineTuningStub(watch_channel), target)
             return self.open_watch(job_id, after_seq, timeout)
         return _Stream(first, call)
 
