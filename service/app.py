@@ -1,8 +1,8 @@
 """Wiring the service together and running it: ``start()`` builds the servers, the store, the event
 stream and the reconciler from the settings; ``serve()`` runs them until SIGINT/SIGTERM.
 
-The servicers themselves are ``service/server.py``. Here: TLS (and mutual TLS) per port, a reporting port
-of its own where asked, a plaintext health-only port for probes, Prometheus metrics, standard health
+The servicers themselves are ``service/server.py``. Here: TLS (and mutual TLS) per port, the watch process
+that serves WatchJob (``service/watch.py``), a reporting port of its own where asked, a plaintext health-only port for probes, Prometheus metrics, standard health
 checking, server reflection, keepalive for long streams, and graceful shutdown.
 """
 
@@ -50,11 +50,6 @@ class Service:
     ):
         self.servers, self.port, self.report_port, self.health = servers, port, report_port, health_servicer
         self.reconciler, self.task, self.watch, self.supervisor = reconciler, task, watch, supervisor
-
-    @property
-    def watch_port(self) -> int | None:
-        """The watch process's port; ``None``: streams are served on the API's port."""
-        return self.watch.port if self.watch is not None else None
 
     async def stop(self, grace: float) -> None:
         await self.health.enter_graceful_shutdown()
