@@ -120,8 +120,11 @@ class JobStore(Protocol):
     def active(self) -> list[JobRecord]:
         """Jobs not yet in a terminal state, oldest first."""
 
-    def ended_since(self, since: float, state: JobState | None = None) -> list[JobRecord]:
-        """Jobs in a terminal state (``state``, when given) whose last change was at or after ``since``."""
+    def ended_since(
+        self, since: float, state: JobState | None = None, specs: bool = True, limit: int | None = None
+    ) -> list[JobRecord]:
+        """Jobs in a terminal state (``state``, when given) whose last change was at or after ``since``, in
+        the order of that change (the first ``limit``); ``specs=False``: each spec holds only its ``name``."""
 
     def count_active(self, team: str) -> int: ...
 

@@ -238,12 +238,14 @@ class SqliteJobStore:
             )
             return [_job(r) for r in rows.fetchall()]
 
-    def ended_since(self, since: float, state: JobState | None = None) -> list[JobRecord]:
+    def ended_since(
+        self, since: float, state: JobState | None = None, specs: bool = True, limit: int | None = None
+    ) -> list[JobRecord]:
         terminal = [state.value] if state is not None else _TERMINAL
         with self._read() as db:
             rows = db.execute(
-                f"SELECT * FROM jobs WHERE state IN ({','.join('?' * len(terminal))}) AND updated_at >= ? ORDER BY updated_at",
-                [*terminal, since],
+                f"SELECT {'*' if specs else _WITHOUT_SPEC} FROM jobs WHERE state IN ({','.join('?' * len(terminal))}) AND updated_at >= ? ORDER BY updated_at LIMIT ?",
+                [*terminal, since, -1 if limit is None else limit],
             )
             return [_job(r) for r in rows.fetchall()]
 

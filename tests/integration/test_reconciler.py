@@ -58,3 +58,49 @@ def test_each_cancelled_job_is_looked_for_in_ray_once_not_at_every_pass(ray_clus
     sync.close()
     assert sorted(first) == sorted(cancelled), "the first pass looks for every recently cancelled job"
     assert later == [late], "later passes look only for what was cancelled since"
+
+
+class CountingStore(SqliteJobStore):
+    """The real store, counting the cancelled jobs each sweep reads."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: list[int] = []
+
+    def ended_since(self, *args, **kwargs):
+        found = super().ended_since(*args, **kwargs)
+        self.read.append(len(found))
+        return found
+
+
+def test_the_sweep_reads_a_page_at_a_time_and_with_ray_down_never_rereads_every_cancelled_job(ray_cluster, tmp_path):
+    """With Ray down, every pass read every job cancelled in the last 10 minutes, whole, and stopped at the
+    first: 3,000 specs parsed every 2 s, which stalled other teams' calls. Now a pass reads a page."""
+    sync = CountingStore(tmp_path / "jobs.db")
+    now = time.time()
+    cancelled = []
+    for i in range(20):
+        job, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, {"name": f"j{i}"}, now, now))
+        sync.transition(job.id, JobState.CANCELLED, "cancelled on request")
+        cancelled.append(job.id)
+
+    def reconciler(address: str) -> tuple[Reconciler, CountingLauncher]:
+        launcher = CountingLauncher(address, "python")
+        made = Reconciler(JobEvents(AsyncJobStore(sync)), launcher, "127.0.0.1:1", 60.0, launch_paused=True, launch_key=b"k" * 32)
+        made.SWEEP_PAGE = 8
+        return made, launcher
+
+    down, nowhere = reconciler("http://127.0.0.1:9")  # nothing listens there
+
+    async def passes(which: Reconciler, n: int) -> None:
+        for _ in range(n):
+            await which.once()
+
+    asyncio.run(passes(down, 3))
+    assert sync.read == [8, 8, 8] and nowhere.asked == [cancelled[0]] * 3, "a page a pass, stopped at the first"
+    up, launcher = reconciler(ray_cluster.jobs_api)
+    sync.read.clear()
+    asyncio.run(passes(up, 4))
+    sync.close()
+    assert sorted(launcher.asked) == sorted(cancelled), "every cancelled job looked for once, a page at a time"
+    assert max(sync.read) <= 8

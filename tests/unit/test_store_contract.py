@@ -174,6 +174,10 @@ def test_list_filters_and_pages_newest_first(store):
         (JobState.CANCELLED, "team-a"): 1,
         (JobState.QUEUED, "team-b"): 1,
     }
+    store.transition(jobs[1].id, JobState.CANCELLED)
+    assert [j.id for j in store.ended_since(time.time() - 60, JobState.CANCELLED, limit=1)] == [jobs[0].id]  # first ended
+    (named,) = store.ended_since(time.time() - 60, JobState.CANCELLED, specs=False, limit=1)
+    assert named.id == jobs[0].id and named.spec == {"name": jobs[0].spec["name"]}
 
 
 def test_a_report_token_is_bound_once_and_a_retry_of_the_same_is_accepted(store):
