@@ -30,16 +30,22 @@ class CountingLauncher(RayJobLauncher):
         return super().status(submission_id)
 
 
+def cancel_jobs(sync: SqliteJobStore, n: int, now: float) -> list[str]:
+    """``n`` jobs of team "t", stored and cancelled at once; their ids."""
+    cancelled = []
+    for i in range(n):
+        job, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, {"name": f"j{i}"}, now, now))
+        sync.transition(job.id, JobState.CANCELLED, "cancelled on request")
+        cancelled.append(job.id)
+    return cancelled
+
+
 def test_each_cancelled_job_is_looked_for_in_ray_once_not_at_every_pass(ray_cluster, tmp_path):
     """A team that cancelled many jobs made every pass ask Ray about each of them again (and parse each
     spec), for 10 minutes; now a pass asks about the jobs cancelled since the last pass that reached Ray."""
     sync = SqliteJobStore(tmp_path / "jobs.db")
     now = time.time()
-    cancelled = []
-    for i in range(20):
-        job, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, {"name": f"j{i}"}, now, now))
-        sync.transition(job.id, JobState.CANCELLED, "cancelled on request")
-        cancelled.append(job.id)
+    cancelled = cancel_jobs(sync, 20, now)
     launcher = CountingLauncher(ray_cluster.jobs_api, "python")
     reconciler = Reconciler(
         JobEvents(AsyncJobStore(sync)), launcher, "127.0.0.1:1", 60.0, launch_paused=True, launch_key=b"k" * 32
@@ -78,11 +84,7 @@ def test_the_sweep_reads_a_page_at_a_time_and_with_ray_down_never_rereads_every_
     first: 3,000 specs parsed every 2 s, which stalled other teams' calls. Now a pass reads a page."""
     sync = CountingStore(tmp_path / "jobs.db")
     now = time.time()
-    cancelled = []
-    for i in range(20):
-        job, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, {"name": f"j{i}"}, now, now))
-        sync.transition(job.id, JobState.CANCELLED, "cancelled on request")
-        cancelled.append(job.id)
+    cancelled = cancel_jobs(sync, 20, now)
 
     def reconciler(address: str) -> tuple[Reconciler, CountingLauncher]:
         launcher = CountingLauncher(address, "python")
