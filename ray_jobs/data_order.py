@@ -200,61 +200,41 @@ class _ReadWindows:
         return pa.concat_tables([self.order.read(Window.from_json(w)) for w in batch.column("window").to_pylist()])
 
 
-def worker_batches(
-    order: CachedOrder,
-    epoch: int,
-    start_batch: int,
-    world: int,
-    rank: int,
-    micro_batch_size: int,
-    iter_options: dict[str, Any],
-) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """``(epoch, batches done in it, micro-batch)`` for worker ``rank``, forever, from the given position."""
-    global_batch = world * micro_batch_size
-    if order.rows_per_epoch(world, micro_batch_size) == 0:
-        raise RuntimeError(
-            f"the training split packs into {order.rows} rows, fewer than one global batch of {global_batch} "
-            "(micro_batch_size x num_workers): add data, or lower train.micro_batch_size or scaling.num_workers"
-        )
-    while True:
-        batches = order.dataset(epoch, world, micro_batch_size, start_batch).iter_torch_batches(
-            batch_size=global_batch, drop_last=True, **iter_options
-        )
-        for done, batch in enumerate(batches, start=start_batch + 1):
-            yield epoch, done, {k: v[rank::world].contiguous() for k, v in batch.items()}
-        epoch, start_batch = epoch + 1, 0
-
-
-def stream_seed(seed: int, epoch: int, rank: int) -> int:
-    """Streaming mode's shuffle-buffer seed for one worker's epoch (a new order each epoch)."""
-    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
-
-
 def micro_batches(
     spec: FineTuneSpec, order: CachedOrder | None, shard: Any, state: Any, device: Any, rank: int, world: int
 ) -> Iterator[dict[str, Any]]:
     """This worker's micro-batches over epochs, from where ``state`` (the loop's ``TrainState``) stands, which
     it keeps up to date, so a checkpoint records the position and a resume reads on from there. ``order``: the
-    cache's training split; ``None`` streams from ``shard``, Ray Train's ``train`` shard."""
+    cache's training split, whose first window is read from this call on (:class:`WindowReader`), beside the
+    model load; ``None`` streams from ``shard``, Ray Train's ``train`` shard."""
     import torch
 
-    from ray_jobs.packing import trim_padding
-
-    data = spec.data
     options = {
-        "prefetch_batches": data.prefetch_batches,
+        "prefetch_batches": spec.data.prefetch_batches,
         "dtypes": torch.long,
         "device": "cpu",  # the loop copies each micro-batch itself, timed as host-to-device
         "pin_memory": device.type == "cuda",
     }
     if order is not None:
         batches = worker_batches(order, state.epoch, state.batches_in_epoch, world, rank, spec.train.micro_batch_size, options)
-        for epoch, done, batch in batches:
-            state.epoch, state.batches_in_epoch = epoch, done
-            yield trim_padding(batch)
-        return
-    # Streaming: the tokenizers' output order varies with their timing, so a resume skips the same
-    # number of micro-batches, not the same rows; the buffer's seed changes every epoch.
+        return _cached(batches, state)
+    return _streamed(spec, shard, state, rank, options)
+
+
+def _cached(batches: Iterator[tuple[int, int, dict[str, Any]]], state: Any) -> Iterator[dict[str, Any]]:
+    from ray_jobs.packing import trim_padding
+
+    for epoch, done, batch in batches:
+        state.epoch, state.batches_in_epoch = epoch, done
+        yield trim_padding(batch)
+
+
+def _streamed(spec: FineTuneSpec, shard: Any, state: Any, rank: int, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Streaming: the tokenizers' output order varies with their timing, so a resume skips the same number of
+    micro-batches, not the same rows; the buffer's seed changes every epoch."""
+    from ray_jobs.packing import trim_padding
+
+    data = spec.data
     for epoch in itertools.count(state.epoch):
         seen = 0
         batches = shard.iter_torch_batches(
@@ -275,3 +255,140 @@ def micro_batches(
                 "the training split gave this worker no full micro-batch: add data, or lower train.micro_batch_size or scaling.num_workers"
             )
         state.epoch, state.batches_in_epoch = epoch + 1, 0
+
+
+def worker_batches(
+    order: CachedOrder,
+    epoch: int,
+    start_batch: int,
+    world: int,
+    rank: int,
+    micro_batch_size: int,
+    iter_options: dict[str, Any],
+    direct: bool | None = None,
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """``(epoch, batches done in it, micro-batch)`` for worker ``rank``, forever, from the given position.
+
+    ``direct`` (default: whether this process can open the files, :meth:`CachedOrder.readable_here`) reads
+    the windows here with a :class:`WindowReader`, which starts at once, before the first batch is asked
+    for; otherwise they come through a Ray Data plan pinned to the cache's node. Both give the same batches."""
+    global_batch = world * micro_batch_size
+    if order.rows_per_epoch(world, micro_batch_size) == 0:
+        raise RuntimeError(
+            f"the training split packs into {order.rows} rows, fewer than one global batch of {global_batch} "
+            "(micro_batch_size x num_workers): add data, or lower train.micro_batch_size or scaling.num_workers"
+        )
+    if order.readable_here() if direct is None else direct:
+        reader = WindowReader(order, epoch, start_batch, world, micro_batch_size)
+        return _direct_batches(reader, start_batch, world, rank, iter_options)
+    return _ray_data_batches(order, epoch, start_batch, world, rank, micro_batch_size, iter_options)
+
+
+def _ray_data_batches(
+    order: CachedOrder, epoch: int, start_batch: int, world: int, rank: int, micro_batch_size: int, iter_options: dict[str, Any]
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    global_batch = world * micro_batch_size
+    while True:
+        batches = order.dataset(epoch, world, micro_batch_size, start_batch).iter_torch_batches(
+            batch_size=global_batch, drop_last=True, **iter_options
+        )
+        for done, batch in enumerate(batches, start=start_batch + 1):
+            yield epoch, done, {k: v[rank::world].contiguous() for k, v in batch.items()}
+        epoch, start_batch = epoch + 1, 0
+
+
+class WindowReader:
+    """The windows of every epoch from a position, read in this process on one thread, one window ahead of
+    the trainer: ``(epoch, the window's kept rows as numpy columns)``.
+
+    Why not Ray Data for a cache this process can open: the plan (``from_items`` and a read UDF) starts an
+    executor in the worker before the first row comes. In the 7B preset's warm start on an H200 the first
+    batch came 12 s after the model load, in series with it (issue 12). A cache hit is plain Parquet here,
+    so the worker reads it itself, and the first window's read starts when the reader is made, beside the
+    model load. pyarrow's Parquet read releases the GIL, so the thread does not hold up the loop."""
+
+    def __init__(self, order: CachedOrder, epoch: int, start_batch: int, world: int, micro_batch_size: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.order, self.world, self.micro = order, world, micro_batch_size
+        self.windows_read = 0
+        self._windows = self._all_windows(epoch, start_batch)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="rayft-window-reader")
+        self._next = self._submit()
+
+    def _all_windows(self, epoch: int, start_batch: int) -> Iterator[tuple[int, Window]]:
+        while True:
+            yield from ((epoch, w) for w in self.order.windows(epoch, self.world, self.micro, start_batch))
+            epoch, start_batch = epoch + 1, 0
+
+    def _submit(self) -> tuple[int, Any]:
+        epoch, window = next(self._windows)
+        return epoch, self._pool.submit(lambda: _columns(self.order.read(window)))
+
+    def __iter__(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """Each window in turn; the next one is read while this one is used."""
+        try:
+            while True:
+                epoch, future = self._next
+                columns = future.result()
+                self.windows_read += 1
+                self._next = self._submit()
+                yield epoch, columns
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _columns(table: Any) -> dict[str, np.ndarray]:
+    """A table of packed rows as numpy: a row column (a list, or Ray Data's tensor type over one) as
+    ``(rows, seq_len)``, a scalar column as ``(rows,)``."""
+    import pyarrow as pa
+
+    out = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        if isinstance(column.type, pa.ExtensionType):
+            column = column.storage
+        kind = column.type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            out[name] = column.flatten().to_numpy().reshape(len(column), -1)
+        else:
+            out[name] = column.to_numpy()
+    return out
+
+
+def _direct_batches(
+    reader: WindowReader, start_batch: int, world: int, rank: int, iter_options: dict[str, Any]
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """The reader's windows cut into global batches (a batch may span two windows of an epoch, and an epoch
+    holds whole batches), and this rank's rows of each as tensors, as ``iter_torch_batches`` gives them."""
+    import torch
+
+    global_batch, pin = world * reader.micro, iter_options.get("pin_memory", False)
+    dtype = iter_options.get("dtypes", torch.long)
+    now, done, held = None, start_batch, {}
+    for epoch, columns in reader:
+        if now is not None and epoch != now:
+            done, held = 0, {}  # a new epoch starts at its first batch
+        now = epoch
+        if held:
+            columns = {k: np.concatenate([held[k], v]) for k, v in columns.items()}
+        rows = len(next(iter(columns.values())))
+        whole = rows // global_batch * global_batch
+        for at in range(0, whole, global_batch):
+            done += 1
+            batch = {}
+            for k, v in columns.items():
+                tensor = torch.tensor(
+                    v[at + rank : at + global_batch : world], dtype=dtype
+                )  # a copy: Arrow's arrays are read-only
+                batch[k] = tensor.pin_memory() if pin else tensor
+            yield epoch, done, batch
+        held = {k: v[whole:] for k, v in columns.items()} if whole < rows else {}
+
+
+def stream_seed(seed: int, epoch: int, rank: int) -> int:
+    """Streaming mode's shuffle-buffer seed for one worker's epoch (a new order each epoch)."""
+    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])

@@ -163,11 +163,17 @@ class JobProfile:
         """Seconds per :class:`~rayft_contract.phases.Phase`, in its order; the values sum to ``wall``."""
         rows: dict[str, float] = {
             name: self.driver.get(name, 0.0)
-            for name in ("preflight", "connect", "model_fetch", "data_prepare", *FillTimes.PHASES, "trainer_setup")
+            for name in ("preflight", "tracking", "connect", "model_fetch", "data_prepare", *FillTimes.PHASES, "trainer_setup")
         }
         setup = self.setup or SetupTimes(worker_start_ts=0.0)
         worker_start = setup.worker_start_ts
-        rows["worker_start"] = max(0.0, worker_start - self.fit_start) if worker_start and self.fit_start else 0.0
+        if worker_start and self.fit_start:
+            # A process Ray started before the run (its worker pool's) launched in no time of this run's.
+            launched = min(max(setup.process_start_ts or self.fit_start, self.fit_start), worker_start)
+            rows["worker_launch"] = launched - self.fit_start
+            rows["worker_start"] = worker_start - launched
+        else:
+            rows["worker_launch"] = rows["worker_start"] = 0.0
         rows["model_load"] = setup.model_load_s
         rows["resume"] = setup.resume_s
         rows["first_eval"] = setup.first_eval_s

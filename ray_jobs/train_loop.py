@@ -61,7 +61,8 @@ class LoopConfig:
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Set up, evaluate the baseline, then steps (the step's math, then its tail: evaluation, checkpoint,
     report), then one closing report."""
-    loop = _Loop.set_up(config["loop"])
+    started = time.time()
+    loop = _Loop.set_up(config["loop"], started)
     loop.baseline()
     while not loop.done:
         loss, counts = loop.step()
@@ -100,8 +101,10 @@ class _Loop:
     """Early stopping: no lower eval loss within ``train.early_stopping_patience`` evaluations."""
 
     @classmethod
-    def set_up(cls, cfg: LoopConfig) -> _Loop:
-        """Model, kernels, LoRA, the strategy's wrapping, optimizer, schedule and the resume, timed."""
+    def set_up(cls, cfg: LoopConfig, started: float) -> _Loop:
+        """Model, kernels, LoRA, the strategy's wrapping, optimizer, schedule and the resume, timed from
+        ``started``, when the training function began."""
+        import psutil
         import ray.train
         import ray.train.torch
         import torch
@@ -111,11 +114,12 @@ class _Loop:
         rank, world = ctx.get_world_rank(), ctx.get_world_size()
         device = ray.train.torch.get_device()
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and newer
-        setup: dict[str, float] = {"worker_start_ts": time.time()}
-        # The data's position is the checkpoint's JSON (the weights are checked and restored below). Reading
-        # starts at step 1: pulling the first batch on a thread during model load took step 1's data wait
-        # from 1.5-2.3 s to 0 in the 2-core demo, but the worker's Ray Data threads then slowed the first
-        # steps enough for the healthy-run diagnosis test to report warm-up; left for issue 12.
+        setup: dict[str, float] = {"worker_start_ts": started, "process_start_ts": psutil.Process().create_time()}
+        # The data's position is the checkpoint's JSON (the weights are checked and restored below). A cache
+        # this worker can open is read from here on, on a thread, beside the model load (WindowReader);
+        # streaming starts at step 1. Pulling the first batch through Ray Data on a thread instead took step
+        # 1's data wait from 1.5-2.3 s to 0 in the 2-core demo, but the worker's Ray Data threads then slowed
+        # the first steps enough for the healthy-run diagnosis test to report warm-up.
         resumed = ray.train.get_checkpoint()
         state = checkpoint.state_of(resumed) if resumed else TrainState()
         shard = ray.train.get_dataset_shard("train") if cfg.order is None else None

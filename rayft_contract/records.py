@@ -142,6 +142,9 @@ class SetupTimes(Record):
     """How a worker's setup went, sent once with its first report after setup (``ray_jobs.profile``)."""
 
     worker_start_ts: float
+    """When the training function began on this worker."""
+    process_start_ts: float | None = None
+    """When this worker's process was created (before the run, if Ray had it started already)."""
     model_load_s: float = 0.0
     resume_s: float = 0.0
     first_eval_s: float = 0.0

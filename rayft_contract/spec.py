@@ -164,7 +164,8 @@ class DataSpec:
     tokenize_batch_size: int = 256
     """Rows per tokenization batch. Each batch leaves at most one part-filled packed row."""
     prefetch_batches: int = 4
-    """Micro-batches each trainer prefetches from its Ray Data shard."""
+    """Micro-batches each trainer prefetches from a Ray Data stream (streaming mode, or a local cache on
+    another node). A cache the trainer can open itself is read one window ahead instead."""
     overlong: Overlong = "truncate"
     """Examples longer than ``max_seq_len``: ``truncate`` keeps their start; ``drop`` skips them as bad rows."""
     max_bad_row_frac: float = 0.01

@@ -128,3 +128,29 @@ def test_a_validation_set_of_its_own_is_the_eval_split_and_every_row_of_the_data
 def _rows(rows):
     columns = ("input_ids", "labels", "position_ids", "num_tokens")
     return sorted(tuple(tuple(map(int, r[c])) if hasattr(r[c], "__len__") else int(r[c]) for c in columns) for r in rows)
+
+
+def test_a_cache_entry_read_here_gives_the_batches_ray_data_gives(ray_cluster, tiny_spec, tmp_path):
+    """The worker reads a cache it can open itself (no Ray Data executor before its first batch): the same
+    rows, columns, dtypes and positions as the Ray Data plan, for each rank, across an epoch's end."""
+    import itertools
+
+    import torch
+
+    from ray_jobs.data_order import worker_batches
+    from ray_jobs.dataset_cache import prepare
+
+    data = dataclasses.replace(tiny_spec.data, cache_uri=str(tmp_path / "cache"), shuffle_buffer_rows=16)
+    order = prepare(tiny_spec.replace(data=data)).order
+    per_epoch = order.rows_per_epoch(2, 2) // 4
+    assert len(order.files) > 1 and per_epoch >= 2, "several files, and more than one batch an epoch"
+    options = {"dtypes": torch.long, "device": "cpu", "pin_memory": False, "prefetch_batches": 1}
+    for rank in (0, 1):
+        direct, through_ray = (
+            list(itertools.islice(worker_batches(order, 0, 1, 2, rank, 2, options, direct=way), per_epoch + 2))
+            for way in (True, False)
+        )
+        assert [(e, d) for e, d, _ in direct] == [(e, d) for e, d, _ in through_ray]
+        assert direct[-1][0] == 1, "into the second epoch"
+        for (_, _, a), (_, _, b) in zip(direct, through_ray):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)

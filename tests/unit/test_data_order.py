@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from ray_jobs.data_order import ROW_ID, CachedOrder, CacheFile
+from ray_jobs.data_order import ROW_ID, CachedOrder, CacheFile, WindowReader, worker_batches
 
 SIZES = (37, 5, 50, 21, 12)
 
@@ -88,3 +91,53 @@ def test_a_window_is_at_least_the_buffer_size_in_whole_files(files):
     for window in order.windows(0, 1, 1)[:-1]:  # the last takes what is left
         assert sum(SIZES[i] for i in window.files) >= 40
     assert sorted(i for w in order.windows(0, 1, 1) for i in w.files) == list(range(5))
+
+
+def rows_of(batches, n):
+    """The first ``n`` items of ``worker_batches``: ``(epoch, batches done, the batch's values)``."""
+    return [(epoch, done, batch["value"].tolist()) for epoch, done, batch in itertools.islice(batches, n)]
+
+
+def test_read_here_each_rank_gets_its_share_of_every_global_batch_in_the_epochs_order(files):
+    """Global batches of 8 span windows (40+ rows, not a multiple of 8), and two epochs follow each other."""
+    order = order_of(files)
+    expected = epoch_rows(order, 0) + epoch_rows(order, 1)
+    ranks = [rows_of(worker_batches(order, 0, 0, 2, rank, 4, {}, direct=True), 30) for rank in (0, 1)]
+    assert [(e, d) for e, d, _ in ranks[0]] == [(0, d) for d in range(1, 16)] + [(1, d) for d in range(1, 16)]
+    read = [v for (_, _, a), (_, _, b) in zip(*ranks) for pair in zip(a, b) for v in pair]
+    assert read == expected  # rank r takes every world-th row of each global batch, from row r
+
+
+def test_read_here_a_resume_reads_on_from_the_batch_it_stopped_at(files):
+    order = order_of(files)
+    full = rows_of(worker_batches(order, 1, 0, 2, 1, 4, {}, direct=True), 15)
+    for start_batch in (1, 5, 14):
+        resumed = rows_of(worker_batches(order, 1, start_batch, 2, 1, 4, {}, direct=True), 15 - start_batch)
+        assert resumed == full[start_batch:]
+
+
+def test_read_here_rows_come_as_long_tensors_with_their_row_ids(files):
+    import torch
+
+    (_, _, batch), *_ = itertools.islice(worker_batches(order_of(files), 0, 0, 1, 0, 4, {}, direct=True), 1)
+    assert set(batch) == {"value", ROW_ID}
+    assert all(t.dtype == torch.long and t.shape == (4,) for t in batch.values())
+    assert batch["value"].tolist() == batch[ROW_ID].tolist()
+
+
+def test_the_reader_reads_its_first_window_before_the_first_batch_is_asked_for(files):
+    """So the worker's first batch is read while its model loads."""
+    started = threading.Event()
+
+    class Watched(CachedOrder):
+        def read(self, window):
+            started.set()
+            return super().read(window)
+
+    order = Watched(fs=pafs.LocalFileSystem(), files=files, seed=7, shuffle=True, window_rows=40)
+    reader = WindowReader(order, 0, 0, 2, 4)
+    try:
+        assert started.wait(timeout=60), "no window read began"
+        assert reader.windows_read == 0  # nothing was asked of it yet
+    finally:
+        reader.close()

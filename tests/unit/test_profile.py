@@ -190,3 +190,16 @@ def test_a_step_record_survives_the_trip_from_worker_to_driver_and_refuses_unkno
     assert again == record and again.busy == pytest.approx(1.15) and again.training_wall == pytest.approx(1.4)
     with pytest.raises(ValueError, match="unknown phases"):
         StepRecord(1, 1.0, {"fwd": 1.0}, 1, 1, 1, 1)
+
+
+def test_a_workers_start_is_split_at_its_process_launch_and_a_process_started_before_the_run_launched_in_no_time():
+    p = profile_of([step() for _ in range(5)])
+    p.fit_start = 100.0
+    p.setup = SetupTimes(worker_start_ts=119.0, process_start_ts=104.0, model_load_s=3.0, loop_start_ts=125.0)
+    rows = p.breakdown(wall=60.0)
+    assert (rows["worker_launch"], rows["worker_start"]) == (4.0, 15.0)
+    p.setup = SetupTimes(worker_start_ts=119.0, process_start_ts=50.0, loop_start_ts=125.0)  # Ray's pool had it
+    rows = p.breakdown(wall=60.0)
+    assert (rows["worker_launch"], rows["worker_start"]) == (0.0, 19.0)
+    p.setup = SetupTimes(worker_start_ts=119.0, loop_start_ts=125.0)  # a worker that did not say
+    assert p.breakdown(wall=60.0)["worker_start"] == 19.0

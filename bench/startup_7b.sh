@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Time to first step of the 7B QLoRA preset on a running cluster (issue 12), cold then warm: a Ray head
+# started once per code tree (`ray start`, as a service's cluster runs), then `rayft train --address auto`
+# RUNS times for STEPS steps. The first run fills the dataset cache (cold data; the model is in the page
+# cache, as it was just written); later ones hit it (warm). Prints each run's phase table side by side.
+#
+# TREES="base:.base new:." compares code trees in one call, each with its own Ray head (the workers import
+# the tree on the raylet's PYTHONPATH): `git archive REV | tar -x -C .base` here, then carry ".base" too.
+# With DUMPS=1, py-spy samples the Ray Train processes' and the driver's stacks every half second during
+# the second run of the last tree ($OUT/startup_dumps.txt): where start-up and export go, frame by frame.
+# IMPORTS=1 first writes `python3 -X importtime` of what a training worker imports ($OUT/importtime.txt).
+#
+# Device call (from the repo root, after ../shared/device/make-bundle.sh):
+#   carry: [".gpu"]   command: DUMPS=1 bash bench/startup_7b.sh        (about 5 minutes)
+set -euo pipefail
+source .gpu/env.sh
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled RAY_TRAIN_V2_ENABLED=1 RAY_worker_niceness=0
+OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
+STEPS=${STEPS:-3}; RUNS=${RUNS:-3}; TREES=${TREES:-new:.}
+PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
+sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+root=$PWD
+ray() { python3 -m ray.scripts.scripts "$@"; }
+pyspy=$(find /tmp/site -name py-spy -type f | head -1)
+
+PYTHONPATH=$root:$PYTHONPATH python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tail -1
+[ -f /tmp/chat.jsonl ] || PYTHONPATH=$root:$PYTHONPATH python3 bench/make_chat_data.py /tmp/chat.jsonl --rows "${ROWS:-20000}"
+if [ "${IMPORTS:-}" = 1 ]; then
+  probe="import ray.train.torch, transformers; from transformers import AutoModelForCausalLM, BitsAndBytesConfig; import peft, bitsandbytes, liger_kernel.transformers"
+  python3 -c "$probe"  # once to write the bytecode caches
+  python3 -X importtime -c "$probe" 2> "$OUT/importtime.txt"
+  sort -t'|' -k2 -n -r "$OUT/importtime.txt" | head -40 > "$OUT/importtime_top.txt" || true  # head ends the pipe early
+fi
+export RAYFT_CACHE_DIR=/tmp/startup-cache; rm -rf "$RAYFT_CACHE_DIR"
+trap 'python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true' EXIT
+
+names=()
+for entry in $TREES; do
+  label=${entry%%:*}; tree=$(cd "${entry#*:}" && pwd)
+  ray stop --force >/dev/null 2>&1 || true
+  (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH ray start --head --node-ip-address=127.0.0.1 --num-gpus=1 \
+      --include-dashboard=false --disable-usage-stats >/dev/null)
+  for run in $(seq 1 "$RUNS"); do
+    name="startup-$label-$run"; names+=("$name")
+    if [ "${DUMPS:-}" = 1 ] && [ "$run" = 2 ] && [ "$entry" = "${TREES##* }" ]; then
+      ( set +e; while true; do
+          for pid in $(pgrep -f "ray::(RayTrainWorker|TrainController|_RayTrainWorker)|rayft train"); do
+            echo "== $(date +%s.%N) pid $pid $(ps -o args= -p "$pid" | cut -c1-60)"
+            timeout 5 "$pyspy" dump --pid "$pid" 2>&1 | head -30
+          done
+          sleep 0.5
+        done ) > "$OUT/startup_dumps.txt" 2>&1 &
+      dumper=$!
+    fi
+    SECONDS=0
+    (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH python3 -m rayft train "$PRESET" --address auto --overwrite \
+      --set name="$name" --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
+      --set train.max_steps="$STEPS" --set train.log_every=1 --set train.eval_every=null \
+      --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" > "$OUT/$name.log" 2>&1) || echo "$name FAILED"
+    echo "$name: rayft train wall ${SECONDS} s" | tee -a "$OUT/startup.log"
+    [ -n "${dumper:-}" ] && { kill "$dumper" 2>/dev/null || true; unset dumper; }
+    cp "/tmp/runs/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null || tail -30 "$OUT/$name.log"
+  done
+done
+
+PYTHONPATH=$root:$PYTHONPATH python3 - "$OUT" "${names[@]}" <<'PY' | tee -a "$OUT/startup.log"
+import json, sys
+from pathlib import Path
+from rayft_contract.phases import Phase
+out, names = Path(sys.argv[1]), sys.argv[2:]
+summaries = [json.loads(p.read_text()) if p.exists() else {} for p in (out / f"{n}.summary.json" for n in names)]
+width = max(9, *(len(n) - 7 for n in names)) + 1
+print(f"{'phase':52s}" + "".join(f"{n.removeprefix('startup-'):>{width}s}" for n in names))
+for phase in Phase:
+    values = [s.get("timing", {}).get("phases", {}).get(phase.value, 0.0) for s in summaries]
+    if any(abs(v) >= 0.05 for v in values):
+        print(f"{phase.label[:52]:52s}" + "".join(f"{v:{width}.1f}" for v in values))
+rows = {
+    "wall time": [s.get("wall_time_s") or 0 for s in summaries],
+    "time to first step": [s.get("time_to_first_step_s") or 0 for s in summaries],
+}
+for label, values in rows.items():
+    print(f"{label:52s}" + "".join(f"{v:{width}.1f}" for v in values))
+print(f"{'dataset cache':52s}" + "".join(f"{('hit' if s.get('caches', {}).get('dataset', {}).get('hit') else 'miss'):>{width}s}" for s in summaries))
+PY
