@@ -8,6 +8,7 @@
 # Extra `rayft train --set` overrides can follow: bash bench/qlora_7b.sh train.micro_batch_size=4
 # With the torch.profiler cross-check: PROFILE=21:30 STEPS=40 bash bench/qlora_7b.sh
 # RUN_NAME names the run (/tmp/runs/RUN_NAME; default: the preset's name), LOG_EVERY its report interval.
+# TRAIN_FLAGS go to `rayft train` as they are: TRAIN_FLAGS="--cap-gpu-memory 40" runs as a 40 GB GPU would.
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
@@ -29,7 +30,7 @@ SECONDS=0
 python3 -m rayft train "$PRESET" --overwrite \
   --set name="$name" --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
   --set train.max_steps="$STEPS" --set train.log_every="${LOG_EVERY:-5}" --set train.eval_every=null \
-  --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" 2>&1 | tee -a "$OUT/train.log"
+  --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" ${TRAIN_FLAGS:-} 2>&1 | tee -a "$OUT/train.log"
 echo "rayft train wall: ${SECONDS} s" | tee -a "$OUT/train.log"
 cp "/tmp/runs/$name/summary.json" "/tmp/runs/$name/metrics.jsonl" "/tmp/runs/$name/report.png" "$OUT/"
 if [ -n "${PROFILE:-}" ]; then

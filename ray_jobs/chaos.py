@@ -1,7 +1,8 @@
 """Deliberate failures and slowdowns: every test hook of the job goes through one :class:`Chaos`.
 
 Never set by a spec. Code passes it as ``run(..., chaos=Chaos(...))`` (the recovery and diagnosis
-tests); the one flag is ``rayft train --inject-failure-at STEP``, which sets ``fail_at_step``.
+tests); two flags set it: ``rayft train --inject-failure-at STEP`` (``fail_at_step``) and
+``--cap-gpu-memory GB`` (``gpu_memory_gb``).
 """
 
 from __future__ import annotations
@@ -26,9 +27,20 @@ class Chaos:
     overfit_after_step: int | None = None
     """Evaluations after this step read 1.0 higher per step beyond it: a model that stopped generalizing
     (what early stopping must catch)."""
+    gpu_memory_gb: float | None = None
+    """Each worker may allocate at most this much of its GPU, as a smaller GPU would allow
+    (``torch.cuda.set_per_process_memory_fraction``); ``rayft train --cap-gpu-memory GB``."""
     record_rows: bool = False
     """Each worker appends the ids of the rows of every step to ``{run_dir}/rows-seen/rank{r}.jsonl``
     (a local run dir), for the tests of the training order."""
+
+    def cap_gpu_memory(self, device: object) -> None:
+        if self.gpu_memory_gb is None or getattr(device, "type", "cpu") != "cuda":
+            return
+        import torch
+
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, self.gpu_memory_gb * 2**30 / total), device)
 
     def check_memory(self, rows: int) -> None:
         if self.oom_above_rows is not None and rows > self.oom_above_rows:

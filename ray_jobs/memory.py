@@ -10,15 +10,36 @@ not change, only the speed. The choice and its reason go into the job's summary.
 Only once: a second out-of-memory error at half the micro-batch is a real failure, raised with the
 fix named. Only alone: under DDP/FSDP the other ranks may already wait in a collective for the rank
 that failed, so a retry there could hang. Those jobs fail with the same message.
+
+Before the first step, :func:`plan` checks the spec's micro-batch against the GPU memory left once the
+model is loaded, from the model's shape (:data:`ACTIVATION_BYTES`), and runs each micro-batch in as
+many pieces as it takes to fit; a worker alone turns gradient checkpointing on when even one row a
+piece would not fit. So a GPU smaller than the preset's (or one shared with another process) runs the
+job at a lower speed instead of failing, and the summary says what was chosen and why. The back-off
+above still checks the choice against the first steps' real peak.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rayft_contract.records import ModelShape
 
 log = logging.getLogger(__name__)
+
+ACTIVATION_BYTES = 34
+"""Bytes of activations a bf16 decoder layer keeps for backward, per token and per unit of its width,
+when attention never stores its scores (SDPA's flash kernels): Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", without the ``5as/h`` term of the scores. For the
+7B preset that is 34 x 4,096 x 32 = 4.5 MB a token; on an H200 it peaked at 71.4 GiB at micro-batch 8 x
+2,048 tokens with Liger's kernels (about 4.1 MB a token after the 4-bit base) and at 96.4 GiB without
+them (5.6 MB: the logits), hence :data:`HEADROOM`."""
+HEADROOM = 0.75
+"""The share of the free memory a plan may fill: the formula is 20% under the measured peak without
+the fused kernels, and the allocator fragments."""
 
 
 class OutOfMemory(RuntimeError):
@@ -35,6 +56,7 @@ class MicroBatches:
     split: int = 1
     """Each fetched micro-batch runs as this many pieces."""
     reason: str = ""
+    backed_off: bool = False
 
     def pieces(self, group: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``group``'s micro-batches, each cut into ``split`` pieces of consecutive rows."""
@@ -49,14 +71,19 @@ class MicroBatches:
         fix = "lower train.micro_batch_size (global_batch_size stays), or set train.gradient_checkpointing: true"
         if self.world > 1:
             raise OutOfMemory(f"out of GPU memory at step {step}, micro-batch {self.size} ({error}); {fix}") from error
-        if self.split > 1 or self.size < 2:
+        if self.backed_off or self.running < 2:
             raise OutOfMemory(
                 f"out of GPU memory at step {step}, even at micro-batch {self.running} after backing off ({error}); {fix}"
             ) from error
         free()
-        self.split = 2
-        self.reason = f"step {step} ran out of GPU memory at micro-batch {self.size}: halved, global batch unchanged"
+        ran = self.running
+        self.split, self.backed_off = self.split * 2, True
+        self.reason = f"step {step} ran out of GPU memory at micro-batch {ran}: halved, global batch unchanged"
         log.warning("%s", self.reason)
+
+    def follow(self, chosen: Plan) -> None:
+        """Run the micro-batches as :func:`plan` chose."""
+        self.split, self.reason = chosen.split, chosen.reason
 
     @property
     def running(self) -> int:
@@ -65,6 +92,65 @@ class MicroBatches:
     def describe(self) -> str:
         """One line for the summary."""
         return f"{self.running} ({self.reason})" if self.reason else f"{self.size} (train.micro_batch_size)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How the micro-batches run on this GPU: :func:`plan`'s answer."""
+
+    split: int = 1
+    gradient_checkpointing: bool = False
+    """Turn gradient checkpointing on (the spec had it off)."""
+    reason: str = ""
+    """Empty: the spec's choice fits."""
+
+
+def activation_bytes(shape: ModelShape, tokens: int, gradient_checkpointing: bool) -> float:
+    """Activations kept for backward over ``tokens`` tokens: every layer's (:data:`ACTIVATION_BYTES`), or
+    with checkpointing each layer's bf16 input and one layer's whole set at a time."""
+    per_layer = ACTIVATION_BYTES * shape.attn_dim
+    if gradient_checkpointing:
+        return tokens * (2 * shape.attn_dim * shape.layers + per_layer)
+    return tokens * per_layer * shape.layers
+
+
+def plan(size: int, seq_len: int, shape: ModelShape, trainable: int, free_bytes: float, alone: bool) -> Plan:
+    """The fewest pieces per micro-batch (a power of 2, at most ``size``) whose activations, with the
+    trainable weights' gradients and Adam's moments (16 bytes a parameter), fit in :data:`HEADROOM` of
+    ``free_bytes``; failing that, a worker ``alone`` also turns on gradient checkpointing. ``Plan()`` when
+    the spec's choice fits, or when nothing does (the back-off then has the last word)."""
+    budget = HEADROOM * free_bytes - 16 * trainable
+    checkpointing = [shape.gradient_checkpointing] + ([True] if alone and not shape.gradient_checkpointing else [])
+    gib = 2**30
+    for gc in checkpointing:
+        split = 1
+        while split <= size:
+            rows = -(-size // split)
+            need = activation_bytes(shape, rows * seq_len, gc)
+            if need <= budget:
+                if split == 1 and gc == shape.gradient_checkpointing:
+                    return Plan()
+                estimate = activation_bytes(shape, size * seq_len, shape.gradient_checkpointing) / gib
+                what = f"micro-batch {rows}" + (", gradient checkpointing on" if gc != shape.gradient_checkpointing else "")
+                return Plan(
+                    split,
+                    gc != shape.gradient_checkpointing,
+                    f"{what}: about {estimate:.0f} GiB of activations at micro-batch {size} against {free_bytes / gib:.0f} GiB "
+                    "free after the model; global batch unchanged",
+                )
+            split *= 2
+    return Plan()
+
+
+def free_gpu_bytes(device: Any) -> float:
+    """What this process may still allocate on ``device``: the device's free memory, or less where the
+    process is capped (``torch.cuda.set_per_process_memory_fraction``: a MIG slice, a test)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda _: 1.0)(device)  # torch >= 2.5
+    cap = fraction * total - torch.cuda.memory_reserved(device)
+    return float(min(free, cap))
 
 
 def _rows(batch: dict[str, Any], index: int, parts: int) -> dict[str, Any]:

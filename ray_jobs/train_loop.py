@@ -25,7 +25,7 @@ from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
 from ray_jobs.data_order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
-from ray_jobs.memory import MicroBatches, free_step
+from ray_jobs.memory import MicroBatches, Plan, free_gpu_bytes, free_step, plan
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
 from ray_jobs.profile import model_shape, peak_flops
@@ -125,6 +125,7 @@ class _Loop:
         shard = ray.train.get_dataset_shard("train") if cfg.order is None else None
         batches = micro_batches(spec, cfg.order, shard, state, device, rank, world)
         strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
+        cfg.chaos.cap_gpu_memory(device)
         with _timed(setup, "model_load_s"):
             base = load_base(spec, device, strategy)
             fused = kernels.choose(spec, device.type, base.config.model_type)
@@ -132,6 +133,11 @@ class _Loop:
             model = apply_lora(base, spec)
             trainable, total = count_parameters(model)
             shape = model_shape(model, train.gradient_checkpointing)
+            chosen = _memory_plan(spec, shape, trainable, device, world)
+            if chosen.gradient_checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                model.enable_input_require_grads()
+                shape = dataclasses.replace(shape, gradient_checkpointing=True)
             model = strategy.wrap(model)
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
@@ -148,6 +154,7 @@ class _Loop:
         if cfg.has_eval:
             eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size, cfg.eval_split, rank, world)
         micro = MicroBatches(train.micro_batch_size, world)
+        micro.follow(chosen)
         facts = RunFacts(
             world_size=world,
             trainable_params=trainable,
@@ -319,6 +326,19 @@ def _forward_backward(
         strategy.backward(out.loss)
         loss_sum += out.loss.detach()
     return loss_sum
+
+
+def _memory_plan(spec: FineTuneSpec, shape: Any, trainable: int, device: Any, world: int) -> Plan:
+    """How the micro-batches fit this GPU (``ray_jobs.memory.plan``), from the least free memory of any rank, so
+    every rank runs as many pieces (FSDP's collectives need that). On CPU: the spec's choice."""
+    if device.type != "cuda":
+        return Plan()
+    import torch
+
+    free = torch.tensor([free_gpu_bytes(device)], device=device, dtype=torch.float64)
+    if world > 1:
+        torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
+    return plan(spec.train.micro_batch_size, spec.data.max_seq_len, shape, trainable, float(free.item()), alone=world == 1)
 
 
 @contextlib.contextmanager

@@ -122,6 +122,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     _add_overrides(p)
     p.add_argument("--overwrite", action="store_true", help="replace a finished run of the same name")
     p.add_argument("--inject-failure-at", type=int, metavar="STEP", help="chaos test: fail one worker once at STEP")
+    p.add_argument(
+        "--cap-gpu-memory", type=float, metavar="GB", help="test: each worker uses at most GB of its GPU, as a smaller GPU would"
+    )
 
 
 def load_spec(path: str, overrides: list[str]) -> FineTuneSpec:
@@ -185,7 +188,7 @@ def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
 
     inputs = preflight.check(spec)  # fail fast, before the progress view and the cluster start
     with ProgressView(spec.name, spec.train.max_steps) as view:
-        chaos = Chaos(fail_at_step=args.inject_failure_at)
+        chaos = Chaos(fail_at_step=args.inject_failure_at, gpu_memory_gb=args.cap_gpu_memory)
         result = run(spec, address=args.address, on_event=view, chaos=chaos, overwrite=args.overwrite, inputs=inputs)
     view.print_summary(result.summary)
     return 0
