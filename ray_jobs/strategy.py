@@ -203,12 +203,13 @@ def describe(model: torch.nn.Module, strategy: Strategy) -> dict[str, int | str]
     return {"layout": strategy.name, "quantized_layers": quantized}
 
 
-def all_reduce(tensor: Any) -> Any:
-    """Sum ``tensor`` over all workers in place (a no-op in a single process)."""
+def all_reduce(tensor: Any, op: str = "SUM") -> Any:
+    """Reduce ``tensor`` over all workers in place (``op``: a ``torch.distributed.ReduceOp`` name; a no-op in a
+    single process)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(tensor)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
     return tensor
 
 

@@ -335,9 +335,7 @@ def _memory_plan(spec: FineTuneSpec, shape: Any, trainable: int, device: Any, wo
         return Plan()
     import torch
 
-    free = torch.tensor([free_gpu_bytes(device)], device=device, dtype=torch.float64)
-    if world > 1:
-        torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
+    free = strategies.all_reduce(torch.tensor([free_gpu_bytes(device)], device=device, dtype=torch.float64), op="MIN")
     return plan(spec.train.micro_batch_size, spec.data.max_seq_len, shape, trainable, float(free.item()), alone=world == 1)
 
 
