@@ -33,8 +33,7 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file:
       :func:`_publish_address`.
     - Ray 2.60 turns token auth on by default. Without ``auth_token_file`` it is off: a cluster that
       lives for one ``rayft train`` or one test session, on loopback.
-    - The Ray Train controller collects one report per worker per poll (default every 2 s); reports
-      still queued when a worker dies are lost, so poll faster.
+    - Ray Train's settings: :func:`train_settings`.
     - Ray runs its workers at nice 15 (``worker_niceness``), behind everything else on the machine. On a
       dedicated Ray node that only favours the raylet; on a shared machine (a laptop, a CI runner) any
       busy process starves the job: with two ``yes > /dev/null`` beside it, a 41 s tiny job took 11 min
@@ -50,8 +49,7 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file:
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(auth_token_file)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
-    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"  # an empty value would silently select Train V1
+    train_settings()
     os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
@@ -126,9 +124,24 @@ def _any_free_agent_port() -> Iterator[None]:
         init.__defaults__ = saved
 
 
+def train_settings() -> None:
+    """Ray Train's settings for every job, on any cluster, set in the driver: Ray Train passes them on to
+    the controller and the workers it starts.
+
+    - ``RAY_TRAIN_V2_ENABLED=1``: an empty value would silently select Train V1.
+    - The controller polls its workers every ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`` (Ray's default 2 s),
+      and each poll takes one report per worker: reports still queued when a worker dies are lost, and
+      the controller sees the workers start and finish up to a poll late. rayft polls every 0.25 s unless
+      the cluster says otherwise (its KubeRay manifests set 0.5 s on every pod). It was set for local
+      clusters only, so a job on any other running cluster (``ray start``, ``--address``) polled every 2 s.
+    """
+    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+
+
 def connect(address: str | None, spec: FineTuneSpec) -> None:
     """Attach to ``address``, or start a local cluster bound to loopback."""
-    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"  # an empty value would silently select Train V1
+    train_settings()
     import ray
 
     if ray.is_initialized():
