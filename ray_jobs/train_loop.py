@@ -287,6 +287,7 @@ class _Loop:
         """The last step's record (its report included) goes out with one closing report on every rank."""
         import ray.train
 
+        getattr(self.batches, "close", lambda: None)()  # the cache reader's thread ends with it (WindowReader)
         last = Progress(self.state.step, self.cfg.total_steps, final=True, worker_end_ts=time.time(), **self.meter.window())
         ray.train.report(last.to_dict())
         self.trace.finish()

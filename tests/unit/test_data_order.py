@@ -141,3 +141,11 @@ def test_the_reader_reads_its_first_window_before_the_first_batch_is_asked_for(f
         assert reader.windows_read == 0  # nothing was asked of it yet
     finally:
         reader.close()
+
+
+def test_closing_the_batches_ends_the_readers_thread(files):
+    batches = worker_batches(order_of(files), 0, 0, 2, 0, 4, {}, direct=True)
+    next(batches)
+    assert any(t.name.startswith("rayft-window-reader") for t in threading.enumerate())
+    batches.close()
+    assert not any(t.name.startswith("rayft-window-reader") for t in threading.enumerate())
