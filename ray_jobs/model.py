@@ -91,9 +91,15 @@ def apply_lora(model: torch.nn.Module, spec: FineTuneSpec) -> torch.nn.Module:
         if param.requires_grad:
             param.data = param.data.float()
     if spec.train.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()
+        checkpoint_activations(model)
     return model
+
+
+def checkpoint_activations(model: torch.nn.Module) -> None:
+    """Gradient checkpointing on the PEFT model (non-reentrant; the inputs require grad, or the frozen
+    base's first layer would cut the graph)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
 
 
 def autocast(spec: FineTuneSpec, device: torch.device) -> contextlib.AbstractContextManager:

@@ -27,7 +27,7 @@ from ray_jobs.data_order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.memory import MicroBatches, Plan, free_gpu_bytes, free_step, plan
 from ray_jobs.metrics import StepMeter
-from ray_jobs.model import apply_lora, autocast, count_parameters, load_base
+from ray_jobs.model import apply_lora, autocast, checkpoint_activations, count_parameters, load_base
 from ray_jobs.profile import model_shape, peak_flops
 from ray_jobs.samples import Answers
 from ray_jobs.torch_trace import StepTrace
@@ -135,8 +135,7 @@ class _Loop:
             shape = model_shape(model, train.gradient_checkpointing)
             chosen = _memory_plan(spec, shape, trainable, device, world)
             if chosen.gradient_checkpointing:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-                model.enable_input_require_grads()
+                checkpoint_activations(model)
                 shape = dataclasses.replace(shape, gradient_checkpointing=True)
             model = strategy.wrap(model)
             params = [p for p in model.parameters() if p.requires_grad]
