@@ -330,8 +330,9 @@ def _forward_backward(
 
 def _memory_plan(spec: FineTuneSpec, shape: Any, trainable: int, device: Any, world: int) -> Plan:
     """How the micro-batches fit this GPU (``ray_jobs.memory.plan``), from the least free memory of any rank, so
-    every rank runs as many pieces (FSDP's collectives need that). On CPU: the spec's choice."""
-    if device.type != "cuda":
+    every rank runs as many pieces (FSDP's collectives need that). On CPU, or with ``train.fit_memory`` off:
+    the spec's choice."""
+    if device.type != "cuda" or not spec.train.fit_memory:
         return Plan()
     import torch
 

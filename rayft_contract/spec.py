@@ -254,6 +254,11 @@ class TrainSpec:
     """Seed for adapter initialisation."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward: 5-7x less activation memory, about 30% slower."""
+    fit_memory: bool = True
+    """Before the first step, run each micro-batch in as many pieces as the GPU memory left after the model
+    holds (and, for one worker, turn gradient checkpointing on if even one row a piece would not fit), from
+    an estimate of its activations (``ray_jobs.memory.plan``); the global batch stays. ``false``: run
+    ``micro_batch_size`` as it is (an out-of-memory step still halves it once, for one worker)."""
     log_every: int = 10
     """Report metrics every N steps."""
     eval_every: int | None = None

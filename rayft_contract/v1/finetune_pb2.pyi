@@ -130,7 +130,7 @@ class DataSpec(_message.Message):
     def __init__(self, path: _Optional[str] = ..., format: _Optional[str] = ..., max_seq_len: _Optional[int] = ..., packing: _Optional[bool] = ..., train_on_completions_only: _Optional[bool] = ..., chat_template: _Optional[str] = ..., val_fraction: _Optional[float] = ..., val_path: _Optional[str] = ..., tokenize_workers: _Optional[int] = ..., tokenize_batch_size: _Optional[int] = ..., prefetch_batches: _Optional[int] = ..., overlong: _Optional[str] = ..., max_bad_row_frac: _Optional[float] = ..., cache: _Optional[bool] = ..., cache_uri: _Optional[str] = ..., shuffle: _Optional[bool] = ..., shuffle_buffer_rows: _Optional[int] = ...) -> None: ...
 
 class TrainSpec(_message.Message):
-    __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "log_every", "eval_every", "checkpoint_every", "max_failures", "early_stopping_patience", "early_stopping_min_delta", "early_stopping_metric", "eval_samples", "sample_prompts")
+    __slots__ = ("max_steps", "epochs", "micro_batch_size", "global_batch_size", "learning_rate", "lr_schedule", "warmup_steps", "min_lr_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing", "fit_memory", "log_every", "eval_every", "checkpoint_every", "max_failures", "early_stopping_patience", "early_stopping_min_delta", "early_stopping_metric", "eval_samples", "sample_prompts")
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +143,7 @@ class TrainSpec(_message.Message):
     MAX_GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     GRADIENT_CHECKPOINTING_FIELD_NUMBER: _ClassVar[int]
+    FIT_MEMORY_FIELD_NUMBER: _ClassVar[int]
     LOG_EVERY_FIELD_NUMBER: _ClassVar[int]
     EVAL_EVERY_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +165,7 @@ class TrainSpec(_message.Message):
     max_grad_norm: float
     seed: int
     gradient_checkpointing: bool
+    fit_memory: bool
     log_every: int
     eval_every: int
     checkpoint_every: int
@@ -173,7 +175,7 @@ class TrainSpec(_message.Message):
     early_stopping_metric: str
     eval_samples: int
     sample_prompts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, max_steps: _Optional[int] = ..., epochs: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., lr_schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., min_lr_ratio: _Optional[float] = ..., weight_decay: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., gradient_checkpointing: _Optional[bool] = ..., log_every: _Optional[int] = ..., eval_every: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., max_failures: _Optional[int] = ..., early_stopping_patience: _Optional[int] = ..., early_stopping_min_delta: _Optional[float] = ..., early_stopping_metric: _Optional[str] = ..., eval_samples: _Optional[int] = ..., sample_prompts: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, max_steps: _Optional[int] = ..., epochs: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., lr_schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., min_lr_ratio: _Optional[float] = ..., weight_decay: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., seed: _Optional[int] = ..., gradient_checkpointing: _Optional[bool] = ..., fit_memory: _Optional[bool] = ..., log_every: _Optional[int] = ..., eval_every: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., max_failures: _Optional[int] = ..., early_stopping_patience: _Optional[int] = ..., early_stopping_min_delta: _Optional[float] = ..., early_stopping_metric: _Optional[str] = ..., eval_samples: _Optional[int] = ..., sample_prompts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ScalingSpec(_message.Message):
     __slots__ = ("num_workers", "use_gpu", "strategy", "cpus_per_worker")

@@ -49,6 +49,7 @@ INVALID = [
     ("data", "packing", "no", "data.packing"),
     ("data", "train_on_completions_only", 1, "data.train_on_completions_only"),
     ("train", "gradient_checkpointing", "on", "train.gradient_checkpointing"),
+    ("train", "fit_memory", "auto", "train.fit_memory"),
     ("scaling", "use_gpu", "cuda", "scaling.use_gpu"),
     ("train", "max_steps", 0, "train.max_steps"),
     ("train", "epochs", 0, "train.epochs"),
