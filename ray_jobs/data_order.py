@@ -371,7 +371,7 @@ def _direct_batches(
     now, done, held = None, start_batch, {}
     for epoch, columns in reader:
         if now is not None and epoch != now:
-            done, held = 0, {}  # a new epoch starts at its first batch
+            done = 0  # a new epoch starts at its first batch (and nothing is held: epochs hold whole batches)
         now = epoch
         if held:
             columns = {k: np.concatenate([held[k], v]) for k, v in columns.items()}
@@ -381,9 +381,8 @@ def _direct_batches(
             done += 1
             batch = {}
             for k, v in columns.items():
-                tensor = torch.tensor(
-                    v[at + rank : at + global_batch : world], dtype=dtype
-                )  # a copy: Arrow's arrays are read-only
+                # A copy (Arrow's arrays are read-only) of this rank's rows: every world-th, from its rank.
+                tensor = torch.tensor(v[at + rank : at + global_batch : world], dtype=dtype)
                 batch[k] = tensor.pin_memory() if pin else tensor
             yield epoch, done, batch
         held = {k: v[whole:] for k, v in columns.items()} if whole < rows else {}

@@ -148,8 +148,7 @@ def free_gpu_bytes(device: Any) -> float:
     import torch
 
     free, total = torch.cuda.mem_get_info(device)
-    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda _: 1.0)(device)  # torch >= 2.5
-    cap = fraction * total - torch.cuda.memory_reserved(device)
+    cap = torch.cuda.get_per_process_memory_fraction(device) * total - torch.cuda.memory_reserved(device)
     return float(min(free, cap))
 
 
