@@ -4,7 +4,7 @@ Every evaluation (after step 0: the baseline is the untrained adapter) is judged
 ``train.early_stopping_metric``: a lower eval loss, or a higher token accuracy, by more than
 ``train.early_stopping_min_delta``, makes that step the best one, and
 rank 0 keeps a CPU copy of the trainable weights (the adapter's megabytes). Checkpoints taken after it
-carry that copy (``checkpoint.save(best=...)``), so the best adapter survives checkpoint retention and a
+carry that copy (``checkpoint.take(best=...)``), so the best adapter survives checkpoint retention and a
 resume, and the export makes it ``adapter/``. With ``train.early_stopping_patience``, that many
 evaluations in a row without a better one end the job at that step: it saves, reports and exports as
 at its last step.

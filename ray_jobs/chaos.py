@@ -16,7 +16,10 @@ class Chaos:
     tokenize_delay_s: float = 0.0
     """Sleep per tokenization batch: a slow tokenizer (data-bound training, with ``data.cache`` off)."""
     checkpoint_delay_s: float = 0.0
-    """Sleep per checkpoint save: a slow checkpoint writer."""
+    """Sleep per checkpoint write (on the upload thread, before the copy to storage): a slow store."""
+    checkpoint_write_fails_at_step: int | None = None
+    """The background write of this step's checkpoint raises :class:`InjectedFailure` once: a store that
+    failed mid-run (the worker fails; Ray Train resumes from the checkpoint before it)."""
     slow_steps: int = 0
     """The first ``slow_steps`` steps sleep ``slow_step_s`` more: compile or allocator warm-up."""
     slow_step_s: float = 0.0
@@ -62,9 +65,12 @@ class Chaos:
         if self.tokenize_delay_s:
             time.sleep(self.tokenize_delay_s)
 
-    def slow_checkpoint(self) -> None:
+    def checkpoint_write(self, step: int, run_dir: str) -> None:
+        """On the checkpoint upload thread, once the files are written and before they are persisted."""
         if self.checkpoint_delay_s:
             time.sleep(self.checkpoint_delay_s)
+        if self.checkpoint_write_fails_at_step == step and self._first_time(run_dir, "injected-checkpoint-failure", step):
+            raise InjectedFailure(f"injected failure writing the checkpoint of step {step}")
 
     def slow_step(self, step: int) -> None:
         if step <= self.slow_steps:
@@ -85,12 +91,19 @@ class Chaos:
         """Raise once per run (a marker file in the run directory remembers that it did)."""
         if self.fail_at_step != step or rank != min(1, world - 1):
             return
+        if self._first_time(run_dir, "injected-failure", step):
+            raise InjectedFailure(f"injected failure at step {step} on rank {rank}")
+
+    @staticmethod
+    def _first_time(run_dir: str, name: str, step: int) -> bool:
+        """True once per run: a marker file in the run directory remembers it across restarts."""
         from ray_jobs.storage import location
 
-        marker = location(run_dir).child("injected-failure")
-        if not marker.exists():
-            marker.write_text(f"step {step} rank {rank}\n")
-            raise InjectedFailure(f"injected failure at step {step} on rank {rank}")
+        marker = location(run_dir).child(name)
+        if marker.exists():
+            return False
+        marker.write_text(f"step {step}\n")
+        return True
 
 
 class InjectedFailure(RuntimeError):

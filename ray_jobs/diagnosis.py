@@ -67,8 +67,10 @@ def diagnose(profile: JobProfile, spec: FineTuneSpec, wall: float) -> list[Findi
             Finding("data_bound", f"data wait is {wait / step_wall:.0%} of step time: the GPU waits for batches; {fix}", wait)
         )
 
-    periodic = [s for s in profile.steps if s.seconds(Phase.CHECKPOINT) and s.step != profile.total_steps]
-    saves, count = sum(s.seconds(Phase.CHECKPOINT) for s in periodic), len(periodic)
+    # A save is the step's copy (checkpoint) and any later step's wait for its background write (checkpoint_wait).
+    periodic = [s for s in profile.steps if s.step != profile.total_steps]
+    saves = sum(s.seconds(Phase.CHECKPOINT) + s.seconds(Phase.CHECKPOINT_WAIT) for s in periodic)
+    count = sum(1 for s in periodic if s.seconds(Phase.CHECKPOINT))
     loop_time = profile.training_time() or 1e-9
     if saves / loop_time >= CHECKPOINT_FRAC:
         findings.append(

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -97,6 +98,8 @@ class _Loop:
     meter: StepMeter = dataclasses.field(default_factory=StepMeter)
     trace: Any = None
     first_step_s: float | None = None
+    writing: threading.Event | None = None
+    """Set when the last checkpoint's background write is over (``checkpoint.Pending.written``); rank 0."""
     stopped: bool = False
     """Early stopping: no lower eval loss within ``train.early_stopping_patience`` evaluations."""
 
@@ -247,15 +250,22 @@ class _Loop:
                 found.update(eval_loss=eval_loss, eval_token_accuracy=accuracy, eval_samples=self.answers.take())
         last = at_end or self.stopped
         ckpt = None
-        if state.step % train.checkpoint_every == 0 or last:
+        saving = state.step % train.checkpoint_every == 0 or last  # on every rank; rank 0 alone gets ``ckpt``
+        if saving:
+            self._await_write()  # one checkpoint in flight at a time
             with meter.phase("checkpoint"):
                 best = self.best.for_checkpoint(state)
-                ckpt = checkpoint.save(self.strategy, self.model, self.optimizer, self.scheduler, state, cfg.identity, best)
-                cfg.chaos.slow_checkpoint()
+                chaos = functools.partial(cfg.chaos.checkpoint_write, run_dir=cfg.spec.run_dir)
+                ckpt = checkpoint.take(
+                    self.strategy, self.model, self.optimizer, self.scheduler, state, cfg.identity, best, chaos
+                )
         if last and cfg.has_eval:
             found.update(self.best.describe(state, self.stopped))
+        reporting = state.step % train.log_every == 0 or last or found or saving
+        if reporting and ckpt is None:
+            self._await_write()  # Ray Train keeps reports in order: this one would wait for the write anyway
         with meter.phase("report"):
-            if state.step % train.log_every == 0 or last or found or ckpt is not None:
+            if reporting:
                 progress = Progress(
                     step=state.step,
                     total_steps=cfg.total_steps,
@@ -272,10 +282,19 @@ class _Loop:
                     **found,
                     **meter.window(),
                 )
-                # SYNC: report() returns once the controller has taken the previous report, so a crash loses
-                # at most this one. (ASYNC would let reports, checkpoints among them, queue up unseen.)
-                ray.train.report(progress.to_dict(), checkpoint=ckpt)
-                checkpoint.release(ckpt)  # persisted by report(): the temporary copy goes
+                if ckpt is None:
+                    # SYNC: report() returns once the controller has taken the previous report, so a crash
+                    # loses at most this one.
+                    ray.train.report(progress.to_dict())
+                else:
+                    # ASYNC: the files are written and persisted on Ray Train's upload thread
+                    # (checkpoint.Pending.upload), and this report (checkpoint=True) goes out after them.
+                    # The next report, or the next checkpoint, waits for that first (_await_write).
+                    mode = ray.train.CheckpointUploadMode.ASYNC
+                    ray.train.report(
+                        progress.to_dict(), ckpt.checkpoint, checkpoint_upload_mode=mode, checkpoint_upload_fn=ckpt.upload
+                    )
+                    self.writing = ckpt.written
         with meter.phase("profiler"):
             self.trace.after_step(state.step)
         meter.end_step(
@@ -290,6 +309,13 @@ class _Loop:
         last = Progress(self.state.step, self.cfg.total_steps, final=True, worker_end_ts=time.time(), **self.meter.window())
         ray.train.report(last.to_dict())
         self.trace.finish()
+
+    def _await_write(self) -> None:
+        """Wait for the checkpoint still being written, if any (this step's ``checkpoint_wait``)."""
+        if self.writing is not None:
+            with self.meter.phase("checkpoint_wait"):
+                self.writing.wait()
+            self.writing = None
 
     def _take_setup(self) -> SetupTimes | None:
         setup, self.setup = self.setup, {}

@@ -57,7 +57,8 @@ class Phase(StrEnum):
     H2D = "h2d", "host to device", Group.COMPUTE, True
     FORWARD_BACKWARD = "forward_backward", "forward + backward", Group.COMPUTE, True
     OPTIMIZER = "optimizer", "optimizer", Group.COMPUTE, True
-    CHECKPOINT = "checkpoint", "checkpoint", Group.CHECKPOINT, True
+    CHECKPOINT = "checkpoint", "checkpoint (the copy to the CPU; written on a thread meanwhile)", Group.CHECKPOINT, True
+    CHECKPOINT_WAIT = "checkpoint_wait", "checkpoint: waiting for an earlier write", Group.CHECKPOINT, True
     EVAL = "eval", "evaluation", Group.EVAL, True
     REPORT = "report", "report", Group.FINISH, True
     PROFILER = "profiler", "profiler", Group.FINISH, True

@@ -96,7 +96,7 @@ class StepRecord(Record):
     @property
     def busy(self) -> float:
         """The step's time minus waiting for data, checkpoints, evaluation and reports: the compute."""
-        idle = (Phase.DATA_WAIT, Phase.CHECKPOINT, Phase.EVAL, Phase.REPORT)
+        idle = (Phase.DATA_WAIT, Phase.CHECKPOINT, Phase.CHECKPOINT_WAIT, Phase.EVAL, Phase.REPORT)
         return self.wall - sum(self.seconds(p) for p in idle)
 
     @property

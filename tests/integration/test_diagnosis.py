@@ -21,11 +21,11 @@ from ray_jobs.tiny import WORDS
 pytestmark = pytest.mark.integration
 
 
-def profiled(spec, chaos=NO_CHAOS, steps=30, checkpoint_every=None, **data):
+def profiled(spec, chaos=NO_CHAOS, steps=30, checkpoint_every=None, log_every=5, **data):
     spec = spec.replace(
         data=dataclasses.replace(spec.data, val_fraction=0.0, **data),
         train=dataclasses.replace(
-            spec.train, max_steps=steps, log_every=5, checkpoint_every=checkpoint_every or steps, eval_every=None
+            spec.train, max_steps=steps, log_every=log_every, checkpoint_every=checkpoint_every or steps, eval_every=None
         ),
     )
     events = []
@@ -71,8 +71,11 @@ def test_slow_tokenizer_is_data_bound(ray_cluster, tiny_spec):
 
 
 def test_slow_checkpoints_are_named(ray_cluster, tiny_spec):
-    summary, events, _ = profiled(tiny_spec, Chaos(checkpoint_delay_s=1.0), steps=20, checkpoint_every=5)
+    # The write runs beside training (ray_jobs.checkpoint.Pending); a report every step waits for it at the
+    # step after each save (checkpoint_wait), so a 1 s write stalls training unless that step takes 1 s.
+    summary, events, _ = profiled(tiny_spec, Chaos(checkpoint_delay_s=1.0), steps=20, checkpoint_every=5, log_every=1)
     assert kinds(summary) == ["slow_checkpoint"], summary.diagnosis
+    assert "3 saves" in summary.diagnosis[0].message, "steps 5, 10 and 15; the final save is not periodic"
     assert "train.checkpoint_every" in summary.diagnosis[0].message
 
 

@@ -195,6 +195,33 @@ def test_worker_failure_resumes_from_the_last_checkpoint(ray_cluster, tiny_spec)
     assert summary.steps == 14
 
 
+def test_a_checkpoint_is_written_beside_training_and_a_failed_write_resumes_from_the_one_before(ray_cluster, tiny_spec):
+    """Issue 12: no step waits on a checkpoint's write. Every write takes 3 s more (a slow store): the steps
+    that take checkpoints spend only the copy, and the next report waits for the write in a phase of its
+    own. The write of step 8's checkpoint fails: the worker fails, and Ray Train resumes from step 4's."""
+    delay = 3.0
+    spec = with_train(tiny_spec, max_steps=12, checkpoint_every=4, log_every=1, eval_every=None)
+    spec = spec.replace(name="tiny-async-ckpt", data=dataclasses.replace(spec.data, val_fraction=0.0))
+    events = []
+    chaos = Chaos(checkpoint_delay_s=delay, checkpoint_write_fails_at_step=8)
+    summary = run(spec, on_event=events.append, chaos=chaos).summary
+
+    kinds = [e.kind for e in events]
+    assert summary.restarts == 1 and kinds.count("failure") == 1
+    assert "injected failure writing the checkpoint of step 8" in json.dumps(events[kinds.index("failure")].data)
+    before = [e.data for e in events[: kinds.index("failure")] if e.kind == "progress"]
+    after = [e.data for e in events[kinds.index("failure") :] if e.kind == "progress"]
+    assert [e["step"] for e in before if e.get("checkpoint")] == [4], "step 8's report went out with its write, never"
+    assert [e["step"] for e in after] == list(range(5, 13)), "resumed from step 4's checkpoint"
+    assert summary.steps == 12
+    phases = summary.timing.phases
+    # Four writes of 3 s each (steps 4, 8, and 8 and 12 after the restart): none of it in the steps that
+    # took them, nor hidden in the report phase. The report after each save waits for it unless its own
+    # step took the whole 3 s, which the tiny model's steps never do.
+    assert phases["checkpoint"] < delay and phases["report"] < delay, phases
+    assert phases["checkpoint_wait"] > 0, phases
+
+
 def test_fsdp_on_two_cpu_workers_with_epochs(ray_cluster, tiny_spec, tmp_path):
     data = write_dataset(tmp_path / "small.jsonl", rows=300, seed=7)
     spec = with_train(tiny_spec, max_steps=None, epochs=1, log_every=2, eval_every=None, checkpoint_every=100)

@@ -61,6 +61,34 @@ def test_a_checkpoint_round_trips_through_safetensors_and_json(tmp_path):
     assert fresh_scheduler.get_last_lr() == scheduler.get_last_lr()
 
 
+def test_a_checkpoint_taken_then_written_later_holds_the_step_it_was_taken_at(tmp_path):
+    """The write runs on a thread while training goes on (ray_jobs.checkpoint.Pending): what it writes is the
+    copy taken at the step, not the live tensors the next optimizer steps change in place."""
+    import torch
+
+    from ray_jobs.checkpoint import RunIdentity, TrainState, _copied, read, write
+
+    model, optimizer, scheduler = trained()
+    live = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+    taken = _copied(live)
+    at_step = {k: v.clone() for k, v in model.state_dict().items()}
+    moments = {k: {n: v.clone() for n, v in m.items()} for k, m in optimizer.state_dict()["state"].items()}
+    for _ in range(3):  # training goes on before the write
+        model(torch.randn(5, 4)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+    assert not torch.equal(model.state_dict()["0.weight"], at_step["0.weight"]), "training changed the live weights"
+    identity = RunIdentity.of(SPEC, "vision")
+    write(tmp_path, taken, TrainState(step=1), identity)
+    back, state = read(tmp_path, identity)
+    assert state.step == 1
+    assert all(torch.equal(back["model"][k], v) for k, v in at_step.items())
+    for key, names in moments.items():
+        assert all(torch.equal(back["optimizer"]["state"][key][n], v) for n, v in names.items())
+    assert back["optimizer"]["param_groups"] == live["optimizer"]["param_groups"]
+    assert back["scheduler"]["last_epoch"] == 1 != scheduler.state_dict()["last_epoch"]
+
+
 def test_a_planted_pickle_is_never_read_let_alone_run(tmp_path):
     """Issue 10: a team writes a pickle where a checkpoint goes, in its own storage, and resubmits."""
     import torch
