@@ -17,8 +17,11 @@ if TYPE_CHECKING:
     from rayft_contract.spec import FineTuneSpec
 
 
-def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file: Path | None = None) -> dict:
-    """Start (never attach to) a local cluster; return ``ray.init``'s address info.
+def start_local_cluster(
+    num_cpus: int, dashboard: bool = False, auth_token_file: Path | None = None, object_store_memory: int | None = None
+) -> dict:
+    """Start (never attach to) a local cluster; return ``ray.init``'s address info. ``object_store_memory``:
+    bytes (Ray's default: 30% of the machine's memory; ``bench/spill_bench.py`` gives it less than a fill needs).
 
     ``auth_token_file``: turn on Ray's token auth (``RAY_AUTH_MODE=token``) with the token in that file,
     made (0600) if missing. The embedded service's cluster runs jobs for every team: without it, anyone
@@ -58,6 +61,7 @@ def start_local_cluster(num_cpus: int, dashboard: bool = False, auth_token_file:
         context = ray.init(
             address="local",
             num_cpus=num_cpus,
+            object_store_memory=object_store_memory,
             _node_ip_address="127.0.0.1",
             include_dashboard=dashboard,
             _temp_dir=temp_dir,

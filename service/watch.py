@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60.0
 """How long the API process waits for the watch process to serve (imports and the store's check)."""
 SCRAPE_TIMEOUT_S = 2.0
+BIND_WAIT_S = 15.0
+"""How long a starting watch process tries to bind its port: one that an orphaned predecessor still holds is
+free within a second of that one seeing its API process gone."""
 WATCH_NICE = 10
 """The watch process's niceness: where the two processes want one core, the API's calls go first, and the
 streams (which a client reads in its own time) take what is left. Measured (``bench/tenant_bench.py``)
@@ -175,13 +178,18 @@ async def _serve(settings: ServiceSettings, sync_store: Any, conn: Connection) -
     metrics = ServiceMetrics()
     # so_reuseport off: a watch process left from an earlier run must not share the port with this one.
     options = [*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)]
-    server = grpc.aio.server(options=options, interceptors=[metrics.interceptor(), StoreFaults()])
     address = f"{settings.host}:{settings.watch_port}"
-    try:
-        port = bind(server, address, server_credentials(settings, client_certs=True))
-    except RuntimeError as exc:  # gRPC's "failed to bind"
-        conn.send(f"cannot listen on {address} ({exc}): free the port or set RAYFT_WATCH_PORT")
-        return
+    deadline = time.monotonic() + BIND_WAIT_S
+    while True:
+        server = grpc.aio.server(options=options, interceptors=[metrics.interceptor(), StoreFaults()])
+        try:
+            port = bind(server, address, server_credentials(settings, client_certs=True))
+            break
+        except RuntimeError as exc:  # gRPC's "failed to bind": the port is taken, perhaps by a predecessor ending
+            if time.monotonic() >= deadline:
+                conn.send(f"cannot listen on {address} ({exc}): free the port or set RAYFT_WATCH_PORT")
+                return
+            await asyncio.sleep(0.5)
     store = AsyncJobStore(sync_store, watch=store_health.watch)
     events = JobEvents(store)
     pb_grpc.add_FineTuningServicer_to_server(WatchServicer(store, events, settings, metrics), server)
@@ -191,7 +199,7 @@ async def _serve(settings: ServiceSettings, sync_store: Any, conn: Connection) -
         await health_servicer.set(each, health_pb2.HealthCheckResponse.SERVING)
     following = asyncio.create_task(events.follow_store(), name="follow-store")
     gc.freeze()  # as in the API process (service/app.py): start-up's objects out of the collector's view
-    stop = asyncio.Event()
+    stop, orphaned = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -201,6 +209,7 @@ async def _serve(settings: ServiceSettings, sync_store: Any, conn: Connection) -
             message = conn.recv()
         except (EOFError, OSError):  # the API process is gone: so is the reason to serve
             loop.remove_reader(conn.fileno())
+            orphaned.set()
             stop.set()
             return
         if message == "metrics":
@@ -212,6 +221,9 @@ async def _serve(settings: ServiceSettings, sync_store: Any, conn: Connection) -
     await stop.wait()
     started = time.monotonic()
     await health_servicer.enter_graceful_shutdown()
-    await server.stop(settings.grace_s)
+    # Orphaned (the API process was killed): its successor needs this port now, so the streams end at once
+    # and their clients reconnect with their last seq. A graceful stop held the port for grace_s (10 s), and
+    # a service restarted 3 s after a kill could not listen (seen in a fresh-clone CI run).
+    await server.stop(0 if orphaned.is_set() else settings.grace_s)
     following.cancel()
     log.info("watch process stopped in %.1f s", time.monotonic() - started)
