@@ -140,11 +140,16 @@ class Pending:
     written: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set once :meth:`upload` is over, written or failed: the loop waits on it before its next report."""
 
-    @property
-    def checkpoint(self) -> ray.train.Checkpoint:
+    def report(self, metrics: dict[str, Any]) -> threading.Event:
+        """``ray.train.report`` of ``metrics`` with this checkpoint, ASYNC: it returns at once, :meth:`upload`
+        runs on Ray Train's upload thread, and the report (``checkpoint: true``) goes out once the files are
+        persisted; Ray Train keeps later reports behind it. Returns :attr:`written`."""
         import ray.train
 
-        return ray.train.Checkpoint.from_directory(str(self.directory))
+        mode = ray.train.CheckpointUploadMode.ASYNC
+        checkpoint = ray.train.Checkpoint.from_directory(str(self.directory))
+        ray.train.report(metrics, checkpoint, checkpoint_upload_mode=mode, checkpoint_upload_fn=self.upload)
+        return self.written
 
     def upload(self, checkpoint: ray.train.Checkpoint, dir_name: str) -> ray.train.Checkpoint:
         """``ray.train.report``'s ``checkpoint_upload_fn``, on its upload thread: write the files, then copy

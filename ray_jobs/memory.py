@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rayft_contract.records import ModelShape
+    from rayft_contract.spec import FineTuneSpec
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +172,17 @@ def free_step(error: BaseException, optimizer: Any, device: Any) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def fit_plan(spec: FineTuneSpec, shape: ModelShape, trainable: int, device: Any, world: int) -> Plan:
+    """How the micro-batches fit this GPU (:func:`plan`), from the least free memory of any rank, so every rank
+    runs as many pieces (FSDP's collectives need that). On CPU, or with ``train.fit_memory`` off: the spec's
+    choice. Collective on GPU."""
+    if device.type != "cuda" or not spec.train.fit_memory:
+        return Plan()
+    import torch
+
+    from ray_jobs import strategy
+
+    free = strategy.all_reduce(torch.tensor([free_gpu_bytes(device)], device=device, dtype=torch.float64), op="MIN")
+    return plan(spec.train.micro_batch_size, spec.data.max_seq_len, shape, trainable, float(free.item()), alone=world == 1)

@@ -26,7 +26,7 @@ from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import TrainState
 from ray_jobs.data_order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
-from ray_jobs.memory import MicroBatches, Plan, free_gpu_bytes, free_step, plan
+from ray_jobs.memory import MicroBatches, fit_plan, free_step
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, checkpoint_activations, count_parameters, load_base
 from ray_jobs.profile import model_shape, peak_flops
@@ -136,7 +136,7 @@ class _Loop:
             model = apply_lora(base, spec)
             trainable, total = count_parameters(model)
             shape = model_shape(model, train.gradient_checkpointing)
-            chosen = _memory_plan(spec, shape, trainable, device, world)
+            chosen = fit_plan(spec, shape, trainable, device, world)
             if chosen.gradient_checkpointing:
                 checkpoint_activations(model)
                 shape = dataclasses.replace(shape, gradient_checkpointing=True)
@@ -282,19 +282,10 @@ class _Loop:
                     **found,
                     **meter.window(),
                 )
-                if ckpt is None:
-                    # SYNC: report() returns once the controller has taken the previous report, so a crash
-                    # loses at most this one.
+                if ckpt is None:  # SYNC: returns once the controller took the previous report; a crash loses this one
                     ray.train.report(progress.to_dict())
-                else:
-                    # ASYNC: the files are written and persisted on Ray Train's upload thread
-                    # (checkpoint.Pending.upload), and this report (checkpoint=True) goes out after them.
-                    # The next report, or the next checkpoint, waits for that first (_await_write).
-                    mode = ray.train.CheckpointUploadMode.ASYNC
-                    ray.train.report(
-                        progress.to_dict(), ckpt.checkpoint, checkpoint_upload_mode=mode, checkpoint_upload_fn=ckpt.upload
-                    )
-                    self.writing = ckpt.written
+                else:  # ASYNC (checkpoint.Pending.report): the next report or checkpoint waits for the write
+                    self.writing = ckpt.report(progress.to_dict())
         with meter.phase("profiler"):
             self.trace.after_step(state.step)
         meter.end_step(
@@ -352,18 +343,6 @@ def _forward_backward(
         strategy.backward(out.loss)
         loss_sum += out.loss.detach()
     return loss_sum
-
-
-def _memory_plan(spec: FineTuneSpec, shape: Any, trainable: int, device: Any, world: int) -> Plan:
-    """How the micro-batches fit this GPU (``ray_jobs.memory.plan``), from the least free memory of any rank, so
-    every rank runs as many pieces (FSDP's collectives need that). On CPU, or with ``train.fit_memory`` off:
-    the spec's choice."""
-    if device.type != "cuda" or not spec.train.fit_memory:
-        return Plan()
-    import torch
-
-    free = strategies.all_reduce(torch.tensor([free_gpu_bytes(device)], device=device, dtype=torch.float64), op="MIN")
-    return plan(spec.train.micro_batch_size, spec.data.max_seq_len, shape, trainable, float(free.item()), alone=world == 1)
 
 
 @contextlib.contextmanager

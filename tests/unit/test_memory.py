@@ -105,17 +105,17 @@ def test_a_planned_split_can_still_back_off_once_more():
 
 
 def test_on_cpu_the_spec_decides():
-    from ray_jobs.train_loop import _memory_plan
+    from ray_jobs.memory import fit_plan
 
-    assert _memory_plan(None, LLAMA_7B, 40_000_000, torch.device("cpu"), world=1) == Plan()
+    assert fit_plan(None, LLAMA_7B, 40_000_000, torch.device("cpu"), world=1) == Plan()
 
 
 def test_with_fit_memory_off_the_spec_decides_and_the_gpu_is_not_asked(tiny_spec):
     """On this CPU-only torch, asking a CUDA device for its free memory would raise."""
-    from ray_jobs.train_loop import _memory_plan
+    from ray_jobs.memory import fit_plan
 
     off = tiny_spec.replace(train=dataclasses.replace(tiny_spec.train, fit_memory=False))
-    assert _memory_plan(off, LLAMA_7B, 40_000_000, torch.device("cuda"), world=1) == Plan()
+    assert fit_plan(off, LLAMA_7B, 40_000_000, torch.device("cuda"), world=1) == Plan()
     if not torch.cuda.is_available():
         with pytest.raises((RuntimeError, AssertionError)):
-            _memory_plan(tiny_spec, LLAMA_7B, 40_000_000, torch.device("cuda"), world=1)
+            fit_plan(tiny_spec, LLAMA_7B, 40_000_000, torch.device("cuda"), world=1)
