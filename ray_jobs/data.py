@@ -39,6 +39,14 @@ if TYPE_CHECKING:
 
 Split = Literal["train", "eval"]
 TOKEN_COLUMNS = ["input_ids", "labels", "position_ids", "num_tokens", "num_examples", "num_truncated"]
+BATCHES_PER_TASK = 8
+"""Tokenizer batches (``data.tokenize_batch_size`` rows, the unit of packing) one actor task of a cache fill
+takes at once (a streaming job's tasks take one: its trainers wait for a task's whole output, and its rate,
+about 120 rows/s for two GPUs at 20,000 tokens/s each, is far under the limit below).
+Ray Data's driver ran about 40 actor tasks a second whatever they did: a UDF that returned at once was held to
+39-40 tasks/s on this 2-core machine, and a 12-actor fill on the 16-core H200 host to 40 tasks/s (10,200
+rows/s at 256 rows a task) on two hosts whose cores differed 2x in speed, the actors 35-71% busy. Packing is
+still per batch, in the data's order, so the entry is the same as with one batch a task."""
 
 
 def resolve_format(data: DataSpec, files: Files) -> str:
@@ -96,41 +104,47 @@ class TokenizeAndPack:
             ray.get(ledger.add_node.remote(ray.get_runtime_context().get_node_id(), time.perf_counter() - started))
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
+        """Up to :data:`BATCHES_PER_TASK` tokenizer batches at once: every row templated and tokenized in one
+        call, then each batch's rows packed on their own, batch by batch and split by split."""
         import ray
 
-        self.chaos.slow_tokenizer()
         started = time.perf_counter()
         report = QualityReport()
-        examples: dict[str, list[Example]] = {split: [] for split in self.splits}
+        per_batch = self.data.tokenize_batch_size
+        examples: list[dict[str, list[Example]]] = [
+            {split: [] for split in self.splits} for _ in range(max(-(-batch.num_rows // per_batch), 1))
+        ]
         columns = ("source", "file", "piece", "line", "record")
-        pending: list[tuple[str, tuple[Any, ...]]] = []  # (split, where) of each row whose segments follow
+        pending: list[tuple[int, str, tuple[Any, ...]]] = []  # (batch, split, where) of each row whose segments follow
         segments: list[tuple[list[tuple[str, bool]], bool]] = []
-        for source, file, piece, line, record in zip(*(batch.column(c).to_pylist() for c in columns)):
+        for row, (source, file, piece, line, record) in enumerate(zip(*(batch.column(c).to_pylist() for c in columns))):
+            if row % per_batch == 0:
+                self.chaos.slow_tokenizer()
             if self.val_from is None:
                 held_out = in_eval_split(record, self.data.val_fraction)
             else:
                 held_out = file >= self.val_from
             split = "eval" if held_out else "train"
-            if split not in examples:
+            if split not in self.splits:
                 continue
             report.rows += 1
             try:
                 segments.append(self.segments_of(record, self.val_fmt if self.val_from is not None and held_out else self.fmt))
-                pending.append((split, (source, file, piece, line)))
+                pending.append((row // per_batch, split, (source, file, piece, line)))
             except BadRow as bad:
                 report.record(bad, source, file, piece, line)
         templated = time.perf_counter()
-        # One tokenizer call for the whole batch (ray_jobs/template.py says why), then each row's length check.
-        for (split, where), example in zip(pending, self.encoder.encode_many(segments)):
+        # One tokenizer call for all the rows (ray_jobs/template.py says why), then each row's length check.
+        for (at, split, where), example in zip(pending, self.encoder.encode_many(segments)):
             try:
-                examples[split].append(self._fits(example, report))
+                examples[at][split].append(self._fits(example, report))
             except BadRow as bad:
                 report.record(bad, *where)
         tokenized = time.perf_counter()
-        parts = [self._pack(split, rows) for split, rows in examples.items()]
+        parts = [self._pack(split, rows) for one in examples for split, rows in one.items()]
         packed = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
         busy = StageSeconds(template=templated - started, tokenize=tokenized - templated, pack=time.perf_counter() - tokenized)
-        if ray.get(self.ledger.add.remote(report, busy)):  # streaming: fail as soon as the share is clearly too high
+        if self.ledger is not None and ray.get(self.ledger.add.remote(report, busy)):  # streaming: fail early
             raise DataQualityError(ray.get(self.ledger.get.remote()).describe(self.data.max_bad_row_frac))
         return packed
 
@@ -186,9 +200,11 @@ def tokenize(
     splits: tuple[Split, ...],
     ledger: Any,
     chaos: Chaos = NO_CHAOS,
+    batches_per_task: int = 1,
 ) -> ray.data.Dataset:
     """The records of ``splits`` (``inputs``: the files and their formats, see :func:`resolve_format`) as a
-    lazy, streaming dataset of packed rows. With a validation set, only the files a split needs are read."""
+    lazy, streaming dataset of packed rows. With a validation set, only the files a split needs are read.
+    ``batches_per_task``: tokenizer batches an actor task takes (:data:`BATCHES_PER_TASK` for a cache fill)."""
     import ray.data
 
     val = inputs.val
@@ -200,10 +216,11 @@ def tokenize(
     # Records arrive in the reading tasks' blocks (``ray_jobs.sources``); cut them into tokenizer-sized blocks
     # so that every actor gets work and each packed batch streams on as soon as it is ready.
     records = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
-    # strict: every batch but the last holds exactly tokenize_batch_size rows in the data's order, wherever the
-    # pieces were cut. Packing is per batch, so otherwise a file's entry depended on how it was read (a JSONL
-    # cut into byte ranges and the same rows as Parquet cut into row groups packed differently).
-    records = records.repartition(target_num_rows_per_block=data.tokenize_batch_size, strict=True)
+    # strict: every task's rows but the last are exactly BATCHES_PER_TASK tokenizer batches in the data's order,
+    # wherever the pieces were cut. Packing is per batch, so otherwise a file's entry depended on how it was read
+    # (a JSONL cut into byte ranges and the same rows as Parquet cut into row groups packed differently).
+    task_rows = data.tokenize_batch_size * batches_per_task
+    records = records.repartition(target_num_rows_per_block=task_rows, strict=True)
     return records.map_batches(
         TokenizeAndPack,
         fn_constructor_kwargs={
@@ -218,7 +235,7 @@ def tokenize(
             "val_fmt": val.format if val is not None else None,
         },
         batch_format="pyarrow",
-        batch_size=data.tokenize_batch_size,
+        batch_size=task_rows,
         compute=ray.data.ActorPoolStrategy(size=data.tokenize_workers),
         num_cpus=1,
     )

@@ -25,7 +25,7 @@ from typing import Any
 
 from ray_jobs import cache
 from ray_jobs.chaos import NO_CHAOS, Chaos
-from ray_jobs.data import TOKEN_COLUMNS, new_ledger, tokenize
+from ray_jobs.data import BATCHES_PER_TASK, TOKEN_COLUMNS, new_ledger, tokenize
 from ray_jobs.data_order import CachedOrder, CacheFile
 from ray_jobs.model_cache import Fetched, fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
@@ -180,7 +180,16 @@ def _fill(
     ledger = new_ledger(data, fail_early=False)
     payload = cache.new_payload(entry)
     try:
-        tokens = tokenize(data, inputs, spec.model.path, spec.model.revision, splits, ledger, chaos)  # type: ignore[arg-type]
+        tokens = tokenize(
+            data,
+            inputs,
+            spec.model.path,
+            spec.model.revision,
+            splits,
+            ledger,
+            chaos,
+            BATCHES_PER_TASK,  # type: ignore[arg-type]
+        )
         # Rows leave the tokenizer pool in the data's order, so the entry's own order is the data's: what
         # data.shuffle=false trains on (a curriculum), and the same entry whatever the actors' timing.
         tokens.context.execution_options.preserve_order = True

@@ -34,9 +34,18 @@ PIECE_BYTES = 32 * 2**20
 """An uncompressed JSONL file over this size is read in ranges of about this size, each by a task of its own,
 so that one large file keeps every CPU busy. Read whole, a 5 GB file was one task holding one 5 GB object.
 A compressed file cannot be cut where its lines are: one task streams it, in blocks of
-:data:`RECORDS_PER_BLOCK` records, so its memory stays bounded all the same."""
+:data:`RECORDS_PER_BLOCK` records, so its memory stays bounded all the same (see :data:`BLOCK_BYTES`)."""
 RECORDS_PER_BLOCK = 4096
 """Records per block a reading task hands on (the tokenizers re-cut them into their own batches)."""
+BLOCK_BYTES = 4 * 2**20
+"""The fill's ``target_max_block_size`` (Ray Data's default: 128 MiB, into which it gathers what a task yields
+before handing any on). With it, a gzipped shard of 85 MB left its reading task as one block, read whole before
+its first row reached a tokenizer: 14 s on the H200 host (``bench/RESULTS.md``). Under 4 MiB each 4,096-record
+block goes on as it is read; a tokenizer task's output (about 1 MB a batch of packed rows) is one block."""
+READ_BUFFER_BYTES = 8 * 2**20
+"""The read-ahead of a streamed (compressed, or whole) file. Unbuffered, pyarrow read a gzipped file from S3 in
+GETs of about 62 KB: 16,198 requests for 992 MiB of shards on the H200 host (moto), where each request to real
+S3 costs tens of milliseconds of latency. Buffered, a shard of 31 MB is 4 requests."""
 HELPER_CPUS = 0.25
 """The CPU a reading (or a cache-writing) task reserves from Ray: a quarter, not Ray Data's default of one.
 Measured on the 16-core H200 host, 1M rows (1.3 GB): the reading tasks' own work was 5 s in all, yet each
@@ -219,7 +228,10 @@ def read_records(files: Files, path: str, ledger: Any = None, piece_bytes: int |
     import ray.data
 
     pieces = pieces_of(files, piece_bytes)
-    return ray.data.from_items([dataclasses.asdict(p) for p in pieces], override_num_blocks=len(pieces)).map_batches(
+    listing = ray.data.from_items([dataclasses.asdict(p) for p in pieces], override_num_blocks=len(pieces))
+    # This dataset's own context (a copy of the driver's), shared by every stage built on it: the fill's.
+    listing.context.target_max_block_size = BLOCK_BYTES
+    return listing.map_batches(
         read_pieces,
         batch_size=1,
         batch_format="pyarrow",
@@ -311,7 +323,7 @@ def _lines(fs: Any, piece: Piece) -> Iterator[str]:
     import io
 
     if piece.end < 0:  # whole file, compressed or not: streamed
-        with fs.open_input_stream(piece.path, compression="detect") as stream:
+        with fs.open_input_stream(piece.path, compression="detect", buffer_size=READ_BUFFER_BYTES) as stream:
             for line in io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n"):
                 yield line.rstrip("\n").rstrip("\r")
         return

@@ -39,20 +39,79 @@ CHATML_TEMPLATE = (
 def load_tokenizer(path: str) -> Any:
     """A model directory's tokenizer, for tokenizing alone (the tokenizer actors).
 
-    From its ``tokenizer.json`` when it has one, as ``PreTrainedTokenizerFast``: that imports in 0.7 s, where
-    ``AutoTokenizer`` takes 2.2 s, because it reads the model's config through modules that import torch
-    (measured here, 2 cores). Every tokenizer actor pays it as it starts, inside the fill's fixed cost. The
-    ids, special tokens and chat template are the same (a test compares them); directories without a
-    ``tokenizer.json`` (slow, Python tokenizers) go through ``AutoTokenizer``."""
+    From its ``tokenizer.json`` when it has one, through the ``tokenizers`` library alone
+    (:class:`RustTokenizer`): ``transformers`` imports torch on the H200 host's image, 2.7 s of every actor's
+    start (3.0-3.2 s with 12 actors starting at once), inside the fill's fixed cost. ``AutoTokenizer`` took 2.2 s
+    here even without torch. The ids, special tokens and chat template are the same (a test compares them
+    with ``AutoTokenizer``'s); directories without a ``tokenizer.json`` (slow, Python tokenizers), or whose
+    special tokens or template :class:`RustTokenizer` cannot read, go through ``AutoTokenizer``."""
     from pathlib import Path
 
     if (Path(path) / "tokenizer.json").is_file():
-        from transformers import PreTrainedTokenizerFast
-
-        return PreTrainedTokenizerFast.from_pretrained(path)
+        light = RustTokenizer.load(path)
+        if light is not None:
+            return light
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
+
+
+class RustTokenizer:
+    """What :class:`ChatEncoder` needs of a fast tokenizer, read from ``tokenizer.json`` and
+    ``tokenizer_config.json`` (and ``chat_template.jinja``, where transformers 5 writes the template): the
+    Rust core, the BOS, EOS and pad ids, the chat template. Rendering a template other than ChatML, or
+    calling it as a Hugging Face tokenizer, loads the full ``PreTrainedTokenizerFast`` then."""
+
+    def __init__(self, path: str, backend: Any, special: dict[str, int | None], chat_template: str | None):
+        self.path = path
+        self.backend_tokenizer = backend
+        self.bos_token_id, self.eos_token_id, self.pad_token_id = (special[k] for k in ("bos", "eos", "pad"))
+        self.chat_template = chat_template
+
+    @classmethod
+    def load(cls, path: str) -> RustTokenizer | None:
+        """``None`` when the directory's configuration holds what only transformers can resolve: named chat
+        templates, a special token given other than as text, or one the vocabulary lacks."""
+        import json
+        from pathlib import Path
+
+        from tokenizers import Tokenizer
+
+        root = Path(path)
+        config_file = root / "tokenizer_config.json"
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        map_file = root / "special_tokens_map.json"  # older directories name their special tokens here too
+        for name, token in (json.loads(map_file.read_text()) if map_file.is_file() else {}).items():
+            if config.setdefault(name, token) != token:
+                return None  # which one transformers takes is its own rule: let it decide
+        template = config.get("chat_template")
+        if template is None and (root / "chat_template.jinja").is_file():
+            template = (root / "chat_template.jinja").read_text()
+        if template is not None and not isinstance(template, str):
+            return None
+        backend = Tokenizer.from_file(str(root / "tokenizer.json"))
+        special: dict[str, int | None] = {}
+        for name in ("bos", "eos", "pad"):
+            token = config.get(f"{name}_token")
+            if isinstance(token, dict):
+                token = token.get("content")
+            if token is not None and (not isinstance(token, str) or backend.token_to_id(token) is None):
+                return None
+            special[name] = None if token is None else backend.token_to_id(token)
+        return cls(path, backend, special, template)
+
+    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
+        return self._full().apply_chat_template(*args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._full()(*args, **kwargs)
+
+    def _full(self) -> Any:
+        if not hasattr(self, "_hf"):
+            from transformers import PreTrainedTokenizerFast
+
+            self._hf = PreTrainedTokenizerFast.from_pretrained(self.path)
+        return self._hf
 
 
 class TemplateError(ValueError):

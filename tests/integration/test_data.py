@@ -140,7 +140,8 @@ def test_a_cache_entry_read_here_gives_the_batches_ray_data_gives(ray_cluster, t
     from ray_jobs.data_order import worker_batches
     from ray_jobs.dataset_cache import prepare
 
-    data = dataclasses.replace(tiny_spec.data, cache_uri=str(tmp_path / "cache"), shuffle_buffer_rows=16)
+    # Tokenizer tasks of 256 rows (8 batches of 32): several of them, so the entry is several files.
+    data = dataclasses.replace(tiny_spec.data, cache_uri=str(tmp_path / "cache"), shuffle_buffer_rows=16, tokenize_batch_size=32)
     order = prepare(tiny_spec.replace(data=data)).order
     per_epoch = order.rows_per_epoch(2, 2) // 4
     assert len(order.files) > 1 and per_epoch >= 2, "several files, and more than one batch an epoch"
