@@ -26,11 +26,25 @@ class Run:
     losses: dict[int, float]
     """Training loss by step (a resumed step replaces its first attempt)."""
     data_wait: float
+    step_s: dict[int, float]
+    """Each trained step's wall time."""
+
+    def median_step_s(self) -> float:
+        """The median over the steps after the first (the first is kernel selection and warm-up)."""
+        import statistics
+
+        times = [t for i, t in self.step_s.items() if i > 1]
+        return statistics.median(times) if times else float("nan")
+
+    def slow_steps(self, factor: float = 1.25) -> list[int]:
+        """Steps after the first that ran ``factor`` times the median or longer: the periodic slow step."""
+        median = self.median_step_s()
+        return sorted(i for i, t in self.step_s.items() if i > 1 and t >= factor * median)
 
 
 def load(run_dir: Path) -> Run:
     summary = JobSummary.from_dict(json.loads((run_dir / "summary.json").read_text()))
-    losses, waits = {}, []
+    losses, waits, step_s = {}, [], {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         event = json.loads(line)
         if event["kind"] != "progress":
@@ -38,17 +52,19 @@ def load(run_dir: Path) -> Run:
         report = Progress.from_dict(event)
         if report.trained:
             losses[report.step] = report.loss
+            if report.step_time_s is not None:
+                step_s[report.step] = report.step_time_s
             if report.data_wait_frac is not None:
                 waits.append(report.data_wait_frac)
-    return Run(summary, losses, sum(waits) / max(len(waits), 1))
+    return Run(summary, losses, sum(waits) / max(len(waits), 1), step_s)
 
 
 def table(runs: dict[str, Run]) -> str:
     ref_name, ref = next(iter(runs.items()))
     rows = [
-        "| run | micro-batch | kernels | steady tokens/s | vs first | MFU | peak GiB | first step s | data wait "
-        f"| max loss diff vs {ref_name} |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | layout | micro-batch | kernels | steady tokens/s | vs first | median s/step | slow steps (>= 1.25x) "
+        f"| MFU | peak GiB | first step s | data wait | max loss diff vs {ref_name} |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base_tps = ref.summary.steady_tokens_per_s
     for name, run in runs.items():
@@ -56,8 +72,9 @@ def table(runs: dict[str, Run]) -> str:
         common = sorted(set(run.losses) & set(ref.losses))
         diff = max((abs(run.losses[i] / ref.losses[i] - 1) for i in common), default=float("nan"))
         rows.append(
-            f"| {name} | {s.micro_batch or '-'} | {s.kernels or '-'} "
+            f"| {name} | {s.layout or '-'} | {s.micro_batch or '-'} | {s.kernels or '-'} "
             f"| {s.steady_tokens_per_s:,.0f} | {s.steady_tokens_per_s / base_tps:.2f}x "
+            f"| {run.median_step_s():.2f} | {', '.join(map(str, run.slow_steps())) or 'none'} "
             f"| {'-' if s.mfu is None else f'{s.mfu:.1%}'} | {s.gpu_mem_peak_gb or 0:.1f} "
             f"| {s.time_to_first_step_s or 0:.1f} | {run.data_wait:.1%} | {diff:.2%} over {len(common)} steps |"
         )

@@ -3,9 +3,13 @@ founding story (a cold fill against one thread, then a warm start that reads and
 
     .venv/bin/python bench/s3_data_bench.py stream --rows 40000                 # about 2 minutes on 2 cores
     .venv/bin/python bench/s3_data_bench.py founding --rows 100000 --workers 1  # about 3 minutes on 2 cores
-    python3 bench/s3_data_bench.py founding --rows 2000000 --shards 32 --workers 14   # the 16-core host
+    bash bench/founding_device.sh   # the 16-core host: --rows 2000000 --shards 32 --workers 12 (bench/RESULTS.md)
 
-(The device's bundle lacks moto: make it with ``GPU_EXTRA="moto[server] boto3" ../shared/device/make-bundle.sh``.)
+The moto server runs as a process of its own (``python -m moto.server``), with ``MOTO_SITE`` (a directory
+holding moto and its dependencies) on its path when set, and nothing of the bench's on it. So moto need not
+share an interpreter's packages with Ray and transformers: on the device, whose image lacks moto, bundling it
+into ``.gpu`` broke transformers' imports. ``bench/founding_device.sh`` carries it in ``.moto`` instead. The
+bench itself talks to S3 through pyarrow, as the job does.
 
 ``stream``: ``data.cache`` off, so the tokenizers feed training as it runs. ``--gpus`` consumers take the
 dataset's ``streaming_split`` as Ray Train's workers do, each in an actor of its own, and play a GPU that
@@ -59,8 +63,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rayft-s3-bench-"))
     os.environ["RAYFT_CACHE_DIR"] = str(work / "cache")
     data, tokenizer = make_data(work, args.rows, args.shards)
-    with moto_bucket() as s3:
-        sent = upload(s3, data)
+    with moto_bucket() as fs:
+        sent = upload(fs, data)
         print(f"{args.rows:,} rows in {args.shards} gzipped shards: {sent / 2**20:,.0f} MiB in s3://bench/data/", flush=True)
         spec = base_spec(tokenizer, work, args.workers)
         from ray_jobs.local_ray import quiet_ray_data, start_local_cluster
@@ -86,48 +90,92 @@ def make_data(work: Path, rows: int, shards: int) -> tuple[list[Path], Path]:
     )
     tokenizer = work / "tok32k"
     subprocess.run([sys.executable, str(ROOT / "bench/real_tokenizer.py"), str(tokenizer), "--data", str(jsonl)], check=True)
-    paths = [work / f"part-{k:04d}.jsonl.gz" for k in range(shards)]
-    outs = [gzip.open(p, "wt", compresslevel=6) for p in paths]
+    plain = [work / f"part-{k:04d}.jsonl" for k in range(shards)]
+    outs = [p.open("w") for p in plain]
     with jsonl.open() as src:
         for i, line in enumerate(src):
             outs[i * shards // rows if rows else 0].write(line)  # contiguous runs: shard k holds rows k*n/shards...
     for out in outs:
         out.close()
     jsonl.unlink()
-    return paths, tokenizer
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(shards, os.cpu_count() or 1)) as pool:  # gzip at its default level, a shard a core
+        return list(pool.map(_gzip, plain)), tokenizer
+
+
+def _gzip(path: Path) -> Path:
+    out = path.with_name(path.name + ".gz")
+    with path.open("rb") as src, gzip.open(out, "wb", compresslevel=6) as dst:
+        while chunk := src.read(1 << 22):
+            dst.write(chunk)
+    path.unlink()
+    return out
 
 
 class moto_bucket:
-    """A moto S3 server on loopback with bucket ``bench``, the ``AWS_*`` environment pointed at it (the Ray
-    cluster, started after, inherits it)."""
+    """A moto S3 server on loopback (a process of its own, see the module's docstring) with bucket ``bench``,
+    and the ``AWS_*`` environment pointed at it (the Ray cluster, started after, inherits it). Yields the
+    bench's pyarrow filesystem on it."""
 
     def __enter__(self):
-        import boto3
-        from moto.server import ThreadedMotoServer
+        import socket
 
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
+        import pyarrow.fs as pafs
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = dict(os.environ)
+        if os.environ.get("MOTO_SITE"):
+            env["PYTHONPATH"] = os.environ["MOTO_SITE"]
+        self.log = (OUT / "moto.log").open("w")
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while True:  # wait for it to listen
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if self.server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the moto server did not start: see {OUT / 'moto.log'}") from None
+                time.sleep(0.2)
         os.environ.update(
-            AWS_ENDPOINT_URL=f"http://{host}:{port}",
+            AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
             AWS_ACCESS_KEY_ID="bench",
             AWS_SECRET_ACCESS_KEY="bench",
             AWS_REGION="us-east-1",
         )
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="bench")
-        return s3
+        fs = pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            access_key="bench",
+            secret_key="bench",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
+        fs.create_dir("bench")
+        return fs
 
     def __exit__(self, *exc):
         import ray
 
         ray.shutdown()
-        self.server.stop()
+        self.server.terminate()
+        self.server.wait(timeout=30)
+        self.log.close()
 
 
-def upload(s3, paths: list[Path]) -> int:
+def upload(fs, paths: list[Path]) -> int:
+    import pyarrow.fs as pafs
+
     for p in paths:
-        s3.upload_file(str(p), "bench", f"data/{p.name}")
+        pafs.copy_files(str(p), f"bench/data/{p.name}", destination_filesystem=fs)
     return sum(p.stat().st_size for p in paths)
 
 
@@ -245,7 +293,18 @@ def founding(spec: FineTuneSpec, args: argparse.Namespace, data: list[Path]) -> 
 
 
 def one_thread(spec: FineTuneSpec, data: list[Path], rows: int) -> float:
-    """Rows a second of the anti-pattern: gunzip, template, tokenize and pack on the driver's one thread."""
+    """Rows a second of the anti-pattern: gunzip, template, tokenize and pack on one thread, in a process
+    pinned to one core with one Rust tokenizer thread (as the founding story's team ran, and as a tokenizer
+    actor runs)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_one_thread, (spec, data, rows))
+
+
+def _one_thread(spec: FineTuneSpec, data: list[Path], rows: int) -> float:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    os.environ["RAYON_NUM_THREADS"] = "1"
     from ray_jobs.data import TokenizeAndPack
     from ray_jobs.packing import pack
     from ray_jobs.quality import QualityReport
