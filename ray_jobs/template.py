@@ -71,7 +71,8 @@ class RustTokenizer:
     @classmethod
     def load(cls, path: str) -> RustTokenizer | None:
         """``None`` when the directory's configuration holds what only transformers can resolve: named chat
-        templates, a special token given other than as text, or one the vocabulary lacks."""
+        templates, a special token given other than as text or missing from the vocabulary, added tokens
+        that ``tokenizer.json`` lacks, or truncation or padding set in it."""
         import json
         from pathlib import Path
 
@@ -90,6 +91,11 @@ class RustTokenizer:
         if template is not None and not isinstance(template, str):
             return None
         backend = Tokenizer.from_file(str(root / "tokenizer.json"))
+        if backend.truncation or backend.padding:  # transformers sets these per call; let it
+            return None
+        for token_id, token in config.get("added_tokens_decoder", {}).items():  # tokens the config adds
+            if not isinstance(token, dict) or backend.token_to_id(token.get("content", "")) != int(token_id):
+                return None
         special: dict[str, int | None] = {}
         for name in ("bos", "eos", "pad"):
             token = config.get(f"{name}_token")
