@@ -27,35 +27,15 @@ def main() -> None:
     bare = {int(n): v for n, v in data["bare_parallel"]["procs_rows_per_s"].items()}
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     left.plot(list(bare), list(bare.values()), "s--", color="#a60", label="bare encode_batch, N pinned processes (the limit)")
-    left.plot(
-        [f["workers"] for f in fills],
-        [f["rows_per_s"] for f in fills],
-        "o",
-        color="#36c",
-        label="Ray Data fill, whole (start to commit)",
-    )
-    streamed = [f for f in fills if f["stream_rows_per_s"]]
-    left.plot(
-        [f["workers"] for f in streamed],
-        [f["stream_rows_per_s"] for f in streamed],
-        "^",
-        color="#2a2",
-        label="the fill's stream alone",
-    )
+    _fills(left, fills, "#36c", "#2a2", "Ray Data fill, whole (start to commit)", "the fill's stream alone")
     if after:
-        left.plot(
-            [f["workers"] for f in after],
-            [f["rows_per_s"] for f in after],
-            "o",
-            color="#c22",
-            label="after: 8 tokenizer batches a task, 4 MiB blocks (call 5), whole fill",
-        )
-        left.plot(
-            [f["workers"] for f in after],
-            [f["stream_rows_per_s"] for f in after],
-            "^",
-            color="#c22",
-            label="after: its stream alone",
+        _fills(
+            left,
+            after,
+            "#c22",
+            "#c22",
+            "after: 8 tokenizer batches a task, 4 MiB blocks (call 5), whole fill",
+            "after: its stream alone",
         )
         bare5 = {int(n): v for n, v in data["bare_parallel_call5"]["procs_rows_per_s"].items()}
         left.plot(list(bare5), list(bare5.values()), "s:", color="#c22", alpha=0.6, label="bare, call 5's host")
@@ -79,6 +59,15 @@ def main() -> None:
         right.text(i, 100 * f["busy_frac"] + 2, f"{f['busy_frac']:.0%}", ha="center")
     fig.tight_layout()
     fig.savefig(HERE / "data_bench_h200_scaling.png", dpi=110)
+
+
+def _fills(ax, fills: list[dict], whole_color: str, stream_color: str, whole_label: str, stream_label: str) -> None:
+    """Each fill's rows/s, whole (circles) and its stream alone (triangles, where measured)."""
+    ax.plot([f["workers"] for f in fills], [f["rows_per_s"] for f in fills], "o", color=whole_color, label=whole_label)
+    streamed = [f for f in fills if f["stream_rows_per_s"]]
+    ax.plot(
+        [f["workers"] for f in streamed], [f["stream_rows_per_s"] for f in streamed], "^", color=stream_color, label=stream_label
+    )
 
 
 if __name__ == "__main__":

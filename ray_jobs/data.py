@@ -44,7 +44,7 @@ BATCHES_PER_TASK = 8
 takes at once (a streaming job's tasks take one: its trainers wait for a task's whole output, and its rate,
 about 120 rows/s for two GPUs at 20,000 tokens/s each, is far under the limit below).
 Ray Data's driver ran about 40 actor tasks a second whatever they did: a UDF that returned at once was held to
-39-40 tasks/s on this 2-core machine, and a 12-actor fill on the 16-core H200 host to 40 tasks/s (10,200
+39-46 tasks/s on this 2-core machine, and a 12-actor fill on the 16-core H200 host to 40 tasks/s (10,200
 rows/s at 256 rows a task) on two hosts whose cores differed 2x in speed, the actors 35-71% busy. Packing is
 still per batch, in the data's order, so the entry is the same as with one batch a task."""
 

@@ -19,6 +19,7 @@ before these (732 against 1,830 rows/s).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,8 +41,8 @@ def load_tokenizer(path: str) -> Any:
     """A model directory's tokenizer, for tokenizing alone (the tokenizer actors).
 
     From its ``tokenizer.json`` when it has one, through the ``tokenizers`` library alone
-    (:class:`RustTokenizer`): ``transformers`` imports torch on the H200 host's image, 2.7 s of every actor's
-    start (3.0-3.2 s with 12 actors starting at once), inside the fill's fixed cost. ``AutoTokenizer`` took 2.2 s
+    (:class:`RustTokenizer`): ``transformers`` imports torch on the H200 host's image, 2.7-4.9 s of every
+    actor's start (5-6 s with 12 actors starting at once), inside the fill's fixed cost. ``AutoTokenizer`` took 2.2 s
     here even without torch. The ids, special tokens and chat template are the same (a test compares them
     with ``AutoTokenizer``'s); directories without a ``tokenizer.json`` (slow, Python tokenizers), or whose
     special tokens or template :class:`RustTokenizer` cannot read, go through ``AutoTokenizer``."""
@@ -65,7 +66,7 @@ class RustTokenizer:
     def __init__(self, path: str, backend: Any, special: dict[str, int | None], chat_template: str | None):
         self.path = path
         self.backend_tokenizer = backend
-        self.bos_token_id, self.eos_token_id, self.pad_token_id = (special[k] for k in ("bos", "eos", "pad"))
+        self.bos_token_id, self.eos_token_id, self.pad_token_id = special["bos"], special["eos"], special["pad"]
         self.chat_template = chat_template
 
     @classmethod
@@ -107,17 +108,16 @@ class RustTokenizer:
         return cls(path, backend, special, template)
 
     def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
-        return self._full().apply_chat_template(*args, **kwargs)
+        return self._full.apply_chat_template(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._full()(*args, **kwargs)
+        return self._full(*args, **kwargs)
 
+    @functools.cached_property
     def _full(self) -> Any:
-        if not hasattr(self, "_hf"):
-            from transformers import PreTrainedTokenizerFast
+        from transformers import PreTrainedTokenizerFast
 
-            self._hf = PreTrainedTokenizerFast.from_pretrained(self.path)
-        return self._hf
+        return PreTrainedTokenizerFast.from_pretrained(self.path)
 
 
 class TemplateError(ValueError):
