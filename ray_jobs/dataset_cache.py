@@ -228,10 +228,13 @@ def _fill(
 
 
 def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> FillTimes:
-    """The fill's three phases from its start and end and the ledger's first and last batch (clamped: a
-    tokenizer's clock on another node may be off by a little; a fill with no rows has no stream)."""
-    first = min(max(clock.first_batch_ts or ended, started), ended)
+    """The fill's three phases from its start and end, the ledger's first tokenizer task and its last batch
+    (clamped: a tokenizer's clock on another node may be off by a little; a fill with no rows has no stream).
+    The stream starts when the first tokenizer task begins, not when it ends: its rows are work, not fixed
+    cost (a task of 2,048 rows took 1.5-2 s on the H200 host)."""
+    first = min(max(clock.first_task_ts or clock.first_batch_ts or ended, started), ended)
     last = min(max(clock.last_batch_ts or first, first), ended)
+    first_batch = min(max(clock.first_batch_ts or first, first), last)
     busy = clock.busy
     return FillTimes(
         start_s=first - started,
@@ -242,8 +245,9 @@ def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> 
         tokenize_busy_s=busy.tokenize,
         pack_busy_s=busy.pack,
         workers=workers,
-        actors_ready_s=min(max((clock.actors_ready_ts or started) - started, 0.0), first - started),
+        actors_ready_s=min(max((clock.actors_ready_ts or started) - started, 0.0), ended - started),
         actor_init_s=clock.actor_init_s,
+        first_batch_s=first_batch - started,
     )
 
 

@@ -156,9 +156,10 @@ class StageSeconds:
 
 @dataclasses.dataclass(frozen=True)
 class FillClock:
-    """What the ledger saw of a fill's stream: when the first and the last tokenized batch came
-    (``time.time()``; ``None`` before any), and the stages' busy seconds."""
+    """What the ledger saw of a fill's stream: when the first tokenizer task began, when the first and the
+    last tokenized batch came (``time.time()``; ``None`` before any), and the stages' busy seconds."""
 
+    first_task_ts: float | None
     first_batch_ts: float | None
     last_batch_ts: float | None
     busy: StageSeconds
@@ -175,6 +176,7 @@ class RowLedger:
         self.report = QualityReport()
         self.max_frac = max_frac
         self.busy = StageSeconds()
+        self.first_task_ts: float | None = None
         self.first_batch_ts: float | None = None
         self.last_batch_ts: float | None = None
         self.actors_ready_ts: float | None = None
@@ -199,11 +201,13 @@ class RowLedger:
     def lines_by_piece(self) -> dict[tuple[int, int], tuple[int, int]]:
         return dict(self.lines)
 
-    def add(self, part: QualityReport, busy: StageSeconds | None = None) -> bool:
-        """Fold in one tokenized batch's counts (and what its stages cost); True when the share of bad rows is
-        already clearly over the limit."""
+    def add(self, part: QualityReport, busy: StageSeconds | None = None, began_ts: float | None = None) -> bool:
+        """Fold in one tokenized batch's counts (and what its stages cost; ``began_ts``: when its task began);
+        True when the share of bad rows is already clearly over the limit."""
         self.last_batch_ts = time.time()
         self.first_batch_ts = self.first_batch_ts or self.last_batch_ts
+        began = self.last_batch_ts if began_ts is None else began_ts
+        self.first_task_ts = began if self.first_task_ts is None else min(self.first_task_ts, began)
         self.report.add(part)
         if busy is not None:
             self.busy.add(busy)
@@ -215,7 +219,12 @@ class RowLedger:
 
     def clock(self) -> FillClock:
         return FillClock(
-            self.first_batch_ts, self.last_batch_ts, dataclasses.replace(self.busy), self.actors_ready_ts, self.actor_init_s
+            self.first_task_ts,
+            self.first_batch_ts,
+            self.last_batch_ts,
+            dataclasses.replace(self.busy),
+            self.actors_ready_ts,
+            self.actor_init_s,
         )
 
     def get(self) -> QualityReport:

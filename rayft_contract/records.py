@@ -306,9 +306,11 @@ class FillTimes(Record):
     most busy seconds per CPU it had is the one that set the pace."""
 
     start_s: float
-    """From the fill's start to the first tokenized batch: the tokenizer actors start, the first reads."""
+    """From the fill's start to the first tokenizer task's start: the tokenizer actors start, the first rows
+    are read and cut into tokenizer batches. Nothing is tokenized yet: the fill's fixed cost."""
     stream_s: float
-    """From the first tokenized batch to the last: read, template, tokenize and pack, streamed."""
+    """From the first tokenizer task's start to the last tokenized batch: read, template, tokenize and pack,
+    streamed."""
     write_s: float
     """From the last tokenized batch to the entry committed: the last Parquet files, the manifest."""
     read_busy_s: float = 0.0
@@ -319,10 +321,13 @@ class FillTimes(Record):
     workers: int = 0
     """Tokenizer actors."""
     actors_ready_s: float = 0.0
-    """Inside ``start_s``: from the fill's start until the last tokenizer actor was ready (its process
-    started, its modules imported, its constructor run)."""
+    """From the fill's start until the last tokenizer actor was ready (its process started, its modules
+    imported, its constructor run). Tasks start on the first actors ready, so with many actors this can
+    end inside the stream."""
     actor_init_s: float = 0.0
     """Inside that: the slowest actor's constructor (the tokenizer's load)."""
+    first_batch_s: float = 0.0
+    """From the fill's start to the first tokenized batch's end (inside the stream: the first task's rows)."""
 
     PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
     """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
@@ -337,7 +342,7 @@ class FillTimes(Record):
         )
         return (
             f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s), "
-            f"stream {self.stream_s:.1f} s, write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
+            f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
         )
 
 

@@ -35,3 +35,33 @@ def test_a_task_of_several_batches_packs_each_batch_as_a_task_of_its_own_would(t
     whole = dataclasses.replace(data, tokenize_batch_size=task.num_rows)
     one_batch = TokenizeAndPack(tiny_spec.model.path, None, whole, "chat", ("train", "eval"), ledger=None)(task)
     assert len(one_batch["num_tokens"]) < len(together["num_tokens"])
+
+
+def test_a_task_runs_with_the_garbage_collector_paused_and_turns_it_back_on_even_when_it_fails(tiny_spec, tmp_path):
+    import gc
+
+    import pytest
+
+    from ray_jobs.chaos import Chaos
+
+    path = tmp_path / "chat.jsonl"
+    write_dataset_with_bad_rows(path, rows=40, bad=0)
+    seen = []
+
+    class Watching(Chaos):
+        def slow_tokenizer(self):
+            seen.append(gc.isenabled())
+
+    udf = TokenizeAndPack(tiny_spec.model.path, None, tiny_spec.data, "chat", ("train",), ledger=None, chaos=Watching())
+    assert gc.isenabled()
+    udf(records(path, 40))
+    assert seen and not any(seen) and gc.isenabled()
+
+    class Failing(Chaos):
+        def slow_tokenizer(self):
+            raise RuntimeError("injected")
+
+    udf.chaos = Failing()
+    with pytest.raises(RuntimeError, match="injected"):
+        udf(records(path, 40))
+    assert gc.isenabled()

@@ -105,6 +105,15 @@ def test_many_rows_tokenized_at_once_equal_each_row_alone(tokenizer):
     assert encoder.encode_many([]) == []
 
 
+def test_the_batched_ids_are_the_tokenizers_own_for_each_segment(tokenizer):
+    """``encode_many`` asks the Rust core for ids without offsets (``encode_batch_fast``); they must be the
+    ids the tokenizer gives each segment when called as a Hugging Face tokenizer."""
+    encoder = ChatEncoder(tokenizer)
+    segments = encoder.segments(CONVERSATION) + [("  spaced\tout, ünïcode 😀 and <|im_end|> inside\n", True)]
+    ((ids, _),) = encoder.encode_many([(segments, False)])
+    assert ids == [i for text, _ in segments for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
 def test_the_actors_tokenizer_is_the_models_without_importing_transformers(tiny):
     """``load_tokenizer`` (each tokenizer actor's) gives what ``AutoTokenizer`` gives, in a process that never
     imports transformers or torch (2.7 s of every actor's start on the H200 host)."""
