@@ -52,6 +52,11 @@ def main() -> None:
     parser.add_argument("--small-rows", type=int, default=0, help="rows for fills of at most 4 actors (0: --rows)")
     parser.add_argument("--fill-only", action="store_true", help="time the fills alone (no tokenize-only pass, no epoch read)")
     parser.add_argument("--bare-procs", default="", help="process counts for the parallel bare line (default: --workers over 1)")
+    parser.add_argument(
+        "--block-mib",
+        default="",
+        help="after the table, every --workers fill again with each of these fill block sizes (MiB)",
+    )
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     OUT.mkdir(parents=True, exist_ok=True)
@@ -132,6 +137,24 @@ def main() -> None:
             from rayft_contract.records import FillTimes
 
             print(f"      fill: {FillTimes.from_dict(r['fill']).describe()}")
+    results["block_sizes"] = []
+    for mib in [int(m) for m in args.block_mib.split(",") if m]:
+        import ray_jobs.sources
+
+        ray_jobs.sources.BLOCK_BYTES = mib * 2**20  # read when the fill's dataset is built
+        for w in workers:
+            subset = spec
+            if w <= 4 and small.exists():
+                subset = spec.replace(data=dataclasses.replace(spec.data, path=str(small)))
+            r = fill(subset, w, work / f"cache-w{w}-b{mib}", fill_only=args.fill_only)
+            results["block_sizes"].append({**r, "block_mib": mib})
+            print(
+                f"{w:3d} tokenizer actors, {mib} MiB blocks: {r['rows_per_s']:8,.0f} rows/s ({r['rows']:,} rows in {r['seconds']:.1f} s)"
+            )
+            if r.get("fill"):
+                from rayft_contract.records import FillTimes
+
+                print(f"      fill: {FillTimes.from_dict(r['fill']).describe()}")
     if not args.skip_start:
         results["start"] = cold_and_warm(spec, tiny, data, work)
     (OUT / "data_bench.json").write_text(json.dumps(results, indent=2))

@@ -23,7 +23,8 @@ def main() -> None:
 
     data = json.loads((HERE / "data_scaling_h200.json").read_text())
     fills = [f for f in data["fills"] if "batches_per_task" not in f]
-    after = [f for f in data["fills"] if "batches_per_task" in f]
+    after = [f for f in data["fills"] if "batches_per_task" in f and not f.get("encode_fast")]
+    latest = [f for f in data["fills"] if f.get("encode_fast") and f["block_mib"] == 16]
     bare = {int(n): v for n, v in data["bare_parallel"]["procs_rows_per_s"].items()}
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     left.plot(list(bare), list(bare.values()), "s--", color="#a60", label="bare encode_batch, N pinned processes (the limit)")
@@ -39,7 +40,16 @@ def main() -> None:
         )
         bare5 = {int(n): v for n, v in data["bare_parallel_call5"]["procs_rows_per_s"].items()}
         left.plot(list(bare5), list(bare5.values()), "s:", color="#c22", alpha=0.6, label="bare, call 5's host")
-    for f in fills + after:
+    if latest:
+        _fills(
+            left,
+            latest,
+            "#707",
+            "#707",
+            "latest: ids without offsets, collector paused, 16 MiB blocks (call 7), whole fill",
+            "latest: its stream alone",
+        )
+    for f in fills + after + latest:
         left.annotate(
             f"{f['rows'] // 1000}k", (f["workers"], f["rows_per_s"]), textcoords="offset points", xytext=(4, -12), fontsize=7
         )
@@ -50,7 +60,7 @@ def main() -> None:
         ylim=(0, None),
     )
     left.legend(fontsize=8)
-    busy = [f for f in fills + after if f["busy_frac"] is not None]
+    busy = [f for f in fills + after + latest if f["busy_frac"] is not None]
     right.bar([f"{f['workers']}\n(call {f['call']})" for f in busy], [100 * f["busy_frac"] for f in busy], color="#36c")
     right.set(
         xlabel="tokenizer actors", ylabel="% of the stream spent tokenizing", title="How busy the actors were", ylim=(0, 100)

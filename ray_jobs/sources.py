@@ -37,11 +37,13 @@ A compressed file cannot be cut where its lines are: one task streams it, in blo
 :data:`RECORDS_PER_BLOCK` records, so its memory stays bounded all the same (see :data:`BLOCK_BYTES`)."""
 RECORDS_PER_BLOCK = 4096
 """Records per block a reading task hands on (the tokenizers re-cut them into their own batches)."""
-BLOCK_BYTES = 4 * 2**20
+BLOCK_BYTES = 16 * 2**20
 """The fill's ``target_max_block_size`` (Ray Data's default: 128 MiB, into which it gathers what a task yields
 before handing any on). With it, a gzipped shard of 85 MB left its reading task as one block, read whole before
-its first row reached a tokenizer: 14 s on the H200 host (``bench/RESULTS.md``). Under 4 MiB each 4,096-record
-block goes on as it is read; a tokenizer task's output (about 1 MB a batch of packed rows) is one block."""
+its first row reached a tokenizer: 14 s on the H200 host (``bench/RESULTS.md``). At 16 MiB a block of about
+12,000 chat rows goes on as soon as it is read. Smaller blocks cost more than they gave: every block is cut
+into tokenizer tasks by Ray Data's strict re-cut, a task of its own, and at 4 MiB the 1M-row fill ran at
+16,808 rows/s with 14 actors and 1,770 with one, against 17,478 and 1,918 at 16 MiB (the same host, one call)."""
 READ_BUFFER_BYTES = 8 * 2**20
 """The read-ahead of a streamed (compressed, or whole) file. Unbuffered, pyarrow read a gzipped file from S3 in
 GETs of about 62 KB: 16,198 requests for 992 MiB of shards on the H200 host (moto), where each request to real
