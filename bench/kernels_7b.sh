@@ -7,21 +7,26 @@
 # Device call (from the repo root, after GPU_EXTRA="pytest pluggy iniconfig pytest-timeout" ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: GPU_TESTS=1 bash bench/kernels_7b.sh none:8 liger:8      (about 8 minutes)
 #   then, while the machine is warm:   bash bench/kernels_7b.sh liger:16                (about 3 minutes)
-# Each argument is KERNELS:MICRO_BATCH (global batch stays the preset's 32, so every run trains the same
-# rows per step). Runs accumulate in /tmp/runs across calls on a warm machine; the table covers all of them.
+# Each argument is KERNELS:MICRO_BATCH[:compile] (global batch stays the preset's 32, so every run trains the
+# same rows per step; `:compile` adds model.compile=true). Runs accumulate in /tmp/runs across calls on a warm
+# machine; the table covers all of them. GPU_TESTS=compile runs only the gpu tests whose names say compiled.
+# The compile lever:   carry: [".gpu"]   command: GPU_TESTS=compile bash bench/kernels_7b.sh liger:8 liger:8:compile
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 export STEPS=${STEPS:-12} LOG_EVERY=1
 if [ -n "${GPU_TESTS:-}" ]; then
-  python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" || true
+  only=(); [ "$GPU_TESTS" = compile ] && only=(-k compiled)
+  python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider "${only[@]}" 2>&1 | tee "$OUT/gpu_tests.log" || true
 fi
 for variant in "$@"; do
-  kern=${variant%%:*}; mb=${variant##*:}
-  echo "== kernels=$kern micro_batch=$mb" | tee -a "$OUT/runs.log"
-  RUN_NAME="k-$kern-mb$mb" OUT="/tmp/bench-runs/$kern-$mb" bash bench/qlora_7b.sh \
-    model.kernels="$kern" train.micro_batch_size="$mb" 2>&1 | tail -25 | tee -a "$OUT/runs.log" || echo "FAILED: $variant" | tee -a "$OUT/runs.log"
+  IFS=: read -r kern mb compile <<< "$variant"
+  suffix=${compile:+-compile}
+  echo "== kernels=$kern micro_batch=$mb ${compile:-}" | tee -a "$OUT/runs.log"
+  RUN_NAME="k-$kern-mb$mb$suffix" OUT="/tmp/bench-runs/$kern-$mb$suffix" bash bench/qlora_7b.sh \
+    model.kernels="$kern" train.micro_batch_size="$mb" model.compile="$([ -n "${compile:-}" ] && echo true || echo false)" \
+    2>&1 | tail -25 | tee -a "$OUT/runs.log" || echo "FAILED: $variant" | tee -a "$OUT/runs.log"
 done
 pairs=(); for d in /tmp/runs/k-none-* /tmp/runs/k-liger-*; do [ -f "$d/summary.json" ] && pairs+=("${d##*/k-}=$d"); done
 python3 bench/compare_runs.py "$OUT/kernels_7b.png" "${pairs[@]}" | tee "$OUT/compare.md"

@@ -102,6 +102,21 @@ def checkpoint_activations(model: torch.nn.Module) -> None:
     model.enable_input_require_grads()
 
 
+def compile_layers(model: torch.nn.Module, backend: str = "inductor") -> int:
+    """``torch.compile`` each decoder layer in place (``model.compile``); returns how many.
+
+    Per layer, not the whole model: the layers are one code object, so dynamo compiles one graph and every layer
+    reuses it, and what runs around them (the packed rows' attention mask, the loss) stays eager. Before the
+    strategy wraps the model (torchtitan's order: compile the blocks, then shard them). A part dynamo cannot
+    trace (a bitsandbytes matmul, say) breaks the graph there and runs eagerly: slower, never wrong."""
+    from ray_jobs.strategy import decoder_layers
+
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile(backend=backend)
+    return len(layers)
+
+
 def autocast(spec: FineTuneSpec, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16/fp16 autocast matching the base dtype; nothing for fp32 bases."""
     import torch

@@ -28,7 +28,7 @@ from ray_jobs.data_order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.memory import MicroBatches, fit_plan, free_step
 from ray_jobs.metrics import StepMeter
-from ray_jobs.model import apply_lora, autocast, checkpoint_activations, count_parameters, load_base
+from ray_jobs.model import apply_lora, autocast, checkpoint_activations, compile_layers, count_parameters, load_base
 from ray_jobs.profile import model_shape, peak_flops
 from ray_jobs.samples import Answers
 from ray_jobs.torch_trace import StepTrace
@@ -140,6 +140,7 @@ class _Loop:
             if chosen.gradient_checkpointing:
                 checkpoint_activations(model)
                 shape = dataclasses.replace(shape, gradient_checkpointing=True)
+            compiled = compile_layers(model) if spec.model.compile else 0
             model = strategy.wrap(model)
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay, fused=True)
@@ -162,7 +163,7 @@ class _Loop:
             trainable_params=trainable,
             model_shape=shape,
             peak_flops=peak_flops(device),
-            kernels=fused.describe(),
+            kernels=fused.describe() + (f"; torch.compile ({compiled} decoder layers)" if compiled else ""),
             micro_batch=micro.describe(),
             **strategies.describe(model, strategy),
         )

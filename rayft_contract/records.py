@@ -132,7 +132,8 @@ class RunFacts(Record):
     """The strategy: ``single``, ``ddp`` or ``fsdp``."""
     quantized_layers: int = 0
     kernels: str = ""
-    """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.kernels``)."""
+    """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.kernels``), then ``; torch.compile (N decoder layers)``
+    with ``model.compile``."""
     micro_batch: str = ""
     """The micro-batch trained with, and why if it is not the spec's (``ray_jobs.memory``)."""
 

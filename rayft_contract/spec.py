@@ -92,6 +92,10 @@ class ModelSpec:
     logits. ``auto``: on where they run (a CUDA GPU, liger-kernel installed, a model family Liger knows),
     off elsewhere with the reason in the summary; ``liger``: on, or the job fails saying why; ``none``: off.
     Measured on an H200 (``bench/RESULTS.md``)."""
+    compile: bool = False
+    """``torch.compile`` each decoder layer (inductor): fewer, fused kernels where eager PyTorch launches about
+    40,000 a step on the 7B preset. The first steps pay the compile (tens of seconds, cached per node for the next
+    job). Measured on an H200 in ``bench/RESULTS.md``."""
 
     def __post_init__(self) -> None:
         _check(bool(self.path.strip()), "model.path", "is required: a local model directory or a hub id")

@@ -56,18 +56,20 @@ class FineTuneSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., quantization: _Optional[_Union[QuantizationSpec, _Mapping]] = ..., lora: _Optional[_Union[LoraSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., train: _Optional[_Union[TrainSpec, _Mapping]] = ..., scaling: _Optional[_Union[ScalingSpec, _Mapping]] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., tracking: _Optional[_Union[TrackingSpec, _Mapping]] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
-    __slots__ = ("path", "revision", "dtype", "attn_implementation", "kernels")
+    __slots__ = ("path", "revision", "dtype", "attn_implementation", "kernels", "compile")
     PATH_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     ATTN_IMPLEMENTATION_FIELD_NUMBER: _ClassVar[int]
     KERNELS_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_FIELD_NUMBER: _ClassVar[int]
     path: str
     revision: str
     dtype: str
     attn_implementation: str
     kernels: str
-    def __init__(self, path: _Optional[str] = ..., revision: _Optional[str] = ..., dtype: _Optional[str] = ..., attn_implementation: _Optional[str] = ..., kernels: _Optional[str] = ...) -> None: ...
+    compile: bool
+    def __init__(self, path: _Optional[str] = ..., revision: _Optional[str] = ..., dtype: _Optional[str] = ..., attn_implementation: _Optional[str] = ..., kernels: _Optional[str] = ..., compile: _Optional[bool] = ...) -> None: ...
 
 class QuantizationSpec(_message.Message):
     __slots__ = ("mode", "double_quant")

@@ -23,12 +23,12 @@ def qlora_gpu(spec, kernels="liger", modules_to_save=()):
     )
 
 
-def loss_and_grads(spec, patch: bool):
+def loss_and_grads(spec, patch: bool, compiled: bool = False):
     """One forward/backward of the NF4 base + LoRA on a fixed batch, as the loop runs it."""
     import torch
 
     from ray_jobs import kernels
-    from ray_jobs.model import apply_lora, autocast, load_base
+    from ray_jobs.model import apply_lora, autocast, compile_layers, load_base
     from ray_jobs.strategy import Single
 
     device = torch.device("cuda")
@@ -36,6 +36,8 @@ def loss_and_grads(spec, patch: bool):
     if patch:
         kernels.apply(base, kernels.choose(spec, "cuda", base.config.model_type))
     model = apply_lora(base, spec)
+    if compiled:
+        compile_layers(model)  # inductor, as model.compile runs it
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(5, base.config.vocab_size, (4, 128), generator=gen).to(device)
     labels = ids.clone()
@@ -65,6 +67,21 @@ def test_liger_kernels_give_the_loss_and_gradients_of_transformers_own_ops(tiny_
             assert cos > 0.99, (name, float(cos))
         else:
             assert grad.abs().max() == 0, name
+
+
+def test_decoder_layers_compiled_by_inductor_over_nf4_and_liger_give_the_same_loss_and_gradients(tiny_spec):
+    """model.compile on the GPU path it is for: NF4 linears, LoRA and Liger's kernels inside each compiled layer."""
+    import torch
+
+    spec = qlora_gpu(tiny_spec)
+    ref_loss, ref_grads = loss_and_grads(spec, patch=True)
+    loss, grads = loss_and_grads(spec, patch=True, compiled=True)
+    assert loss == pytest.approx(ref_loss, rel=1e-2)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        if ref_grads[name].abs().max() > 0:
+            cos = torch.nn.functional.cosine_similarity(grad, ref_grads[name], dim=0)
+            assert cos > 0.99, (name, float(cos))
 
 
 def test_every_liger_op_is_chosen_for_llama_on_a_gpu_and_the_fused_loss_skips_a_trained_head(tiny_spec):

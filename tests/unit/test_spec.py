@@ -28,6 +28,7 @@ INVALID = [
     ("model", "path", "", "model.path"),
     ("model", "dtype", "int4", "model.dtype"),
     ("model", "kernels", "triton", "model.kernels"),
+    ("model", "compile", "max-autotune", "model.compile"),
     ("quantization", "mode", "fp4", "quantization.mode"),
     ("quantization", "double_quant", "yes", "quantization.double_quant"),
     ("lora", "r", 0, "lora.r"),
