@@ -61,6 +61,7 @@ def summarize(
         layout=facts.layout if facts else None,
         quantized_layers=facts.quantized_layers if facts else None,
         kernels=facts.kernels if facts else None,
+        attention=facts.attention or None if facts else None,
         micro_batch=facts.micro_batch if facts else None,
         restarts=restarts,
         reported_steps=tuple(r.step for r in trained),

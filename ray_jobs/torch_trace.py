@@ -69,7 +69,7 @@ class StepTrace:
         by_name: dict[str, list[float]] = {}
         for e in kernels:
             by_name.setdefault(e.name[:100], []).append(e.time_range.elapsed_us() / 1e6)
-        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:15]
+        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:40]
         report = {
             "first_step": self.first,
             "last_step": self.last,

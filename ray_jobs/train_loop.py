@@ -164,6 +164,7 @@ class _Loop:
             model_shape=shape,
             peak_flops=peak_flops(device),
             kernels=fused.describe() + (f"; torch.compile ({compiled} decoder layers)" if compiled else ""),
+            attention=base.config._attn_implementation,
             micro_batch=micro.describe(),
             **strategies.describe(model, strategy),
         )

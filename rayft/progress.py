@@ -154,6 +154,8 @@ def _efficiency_rows(summary: JobSummary) -> list[tuple[str, str]]:
         rows.insert(0, ("MFU (HFU)", f"{eff.mfu:.1%} ({_fmt(eff.hfu, '.1%')})"))
     if summary.kernels:
         rows.append(("kernels", summary.kernels))
+    if summary.attention:
+        rows.append(("attention", summary.attention))
     if summary.micro_batch:
         rows.append(("micro-batch", summary.micro_batch))
     return rows

@@ -134,6 +134,8 @@ class RunFacts(Record):
     kernels: str = ""
     """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.kernels``), then ``; torch.compile (N decoder layers)``
     with ``model.compile``."""
+    attention: str = ""
+    """The attention kernel the worker loaded the model with (``model.attn_implementation``, ``auto`` resolved)."""
     micro_batch: str = ""
     """The micro-batch trained with, and why if it is not the spec's (``ray_jobs.memory``)."""
 
@@ -473,6 +475,7 @@ class JobSummary(Record):
     layout: str | None = None
     quantized_layers: int | None = None
     kernels: str | None = None
+    attention: str | None = None
     micro_batch: str | None = None
     restarts: int = 0
     reported_steps: tuple[int, ...] = ()

@@ -85,8 +85,12 @@ class ModelSpec:
     """Hub revision (branch, tag or commit) when ``path`` is a hub id."""
     dtype: DType = "bfloat16"
     """Dtype of the frozen base weights and of autocast. ``float32`` is for CPU smoke runs."""
-    attn_implementation: str = "sdpa"
-    """Attention kernel passed to transformers (``sdpa``, ``flash_attention_2``, ``eager``)."""
+    attn_implementation: str = "auto"
+    """Attention kernel passed to transformers. ``auto``: ``flex_attention`` on a CUDA GPU when rows are packed (its
+    block mask skips the blocks where one packed example would see another, which SDPA computes and masks; on an
+    H200 the 7B preset's attention took 0.31 s a step instead of 0.92, +12% tokens/s, the same loss at every step;
+    its kernels compile in the first step, about 30 s), ``sdpa`` elsewhere. Or a name transformers knows: ``sdpa``,
+    ``flex_attention`` (GPUs only: it has no backward on CPU), ``flash_attention_2``, ``eager``."""
     kernels: Kernels = "auto"
     """Fused Triton kernels (Liger) for RMSNorm, SwiGLU, RoPE and the loss, which then never materializes the
     logits. ``auto``: on where they run (a CUDA GPU, liger-kernel installed, a model family Liger knows),
@@ -438,6 +442,11 @@ class FineTuneSpec:
                 "train.early_stopping_patience",
                 "needs evaluations to judge: set train.eval_every, and data.val_path or data.val_fraction > 0",
             )
+        _check(
+            self.model.attn_implementation != "flex_attention" or self.scaling.use_gpu,
+            "model.attn_implementation",
+            "flex_attention has no backward on CPU: set scaling.use_gpu: true, or model.attn_implementation: auto",
+        )
         _check(
             self.model.kernels != "liger" or self.scaling.use_gpu,
             "model.kernels",

@@ -84,6 +84,37 @@ def test_decoder_layers_compiled_by_inductor_over_nf4_and_liger_give_the_same_lo
             assert cos > 0.99, (name, float(cos))
 
 
+def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec):
+    """What model.attn_implementation: auto picks on a GPU: the same masked attention (no token sees another packed
+    example), computed block-sparse."""
+    import torch
+
+    from ray_jobs.model import apply_lora, autocast, load_base
+    from ray_jobs.strategy import Single
+
+    device = torch.device("cuda")
+    ids = torch.randint(5, 300, (2, 256), generator=torch.Generator().manual_seed(0)).to(device)
+    positions = torch.cat([torch.arange(n) for n in (100, 60, 96)]).expand(2, -1).to(device)  # three examples a row
+    results = {}
+    for attn in ("sdpa", "flex_attention"):
+        spec = qlora_gpu(tiny_spec, kernels="none")
+        spec = spec.replace(model=dataclasses.replace(spec.model, attn_implementation=attn))
+        model = apply_lora(load_base(spec, device, Single()), spec)
+        assert model.config._attn_implementation == attn
+        with autocast(spec, device):
+            loss = model(input_ids=ids, position_ids=positions, labels=ids).loss
+        loss.backward()
+        results[attn] = float(loss), {n: p.grad.float().flatten() for n, p in model.named_parameters() if p.grad is not None}
+        with torch.no_grad(), autocast(spec, device):
+            unmasked = model(input_ids=ids, labels=ids).loss  # the rows as one example each: a different loss
+        assert abs(float(unmasked) - float(loss)) > 1e-4
+    (ref_loss, ref), (loss, grads) = results["sdpa"], results["flex_attention"]
+    assert loss == pytest.approx(ref_loss, rel=1e-3) and grads.keys() == ref.keys()
+    for name, grad in grads.items():
+        if ref[name].abs().max() > 0:
+            assert torch.nn.functional.cosine_similarity(grad, ref[name], dim=0) > 0.99, name
+
+
 def test_every_liger_op_is_chosen_for_llama_on_a_gpu_and_the_fused_loss_skips_a_trained_head(tiny_spec):
     from ray_jobs import kernels
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from ray_jobs.model import apply_lora, checkpoint_activations, compile_layers, load_base
+from ray_jobs.model import apply_lora, attention_for, checkpoint_activations, compile_layers, load_base
 from ray_jobs.strategy import Single
+from rayft_contract.spec import SpecError
 
 
 def lora_gradients(
@@ -52,3 +55,25 @@ def test_compiled_decoder_layers_compute_the_same_loss_and_gradients(tiny_spec, 
         for name, grad in grads.items():
             assert grad is not None and torch.allclose(grad, plain[name], atol=1e-5), name
     assert counters["stats"]["unique_graphs"] >= 1, "the layers ran compiled"
+
+
+def test_auto_attention_is_flex_on_a_gpu_with_packed_rows_and_sdpa_elsewhere(tiny_spec):
+    gpu = tiny_spec.replace(scaling=dataclasses.replace(tiny_spec.scaling, use_gpu=True))
+    unpacked = gpu.replace(data=dataclasses.replace(gpu.data, packing=False))
+    assert gpu.model.attn_implementation == "auto"
+    assert attention_for(gpu, "cuda") == "flex_attention"
+    assert attention_for(gpu, "cpu") == "sdpa"  # flex attention has no backward on CPU
+    assert attention_for(unpacked, "cuda") == "sdpa"  # one example a row: no blocks to skip
+    chosen = gpu.replace(model=dataclasses.replace(gpu.model, attn_implementation="eager"))
+    assert attention_for(chosen, "cuda") == "eager"
+
+
+def test_a_cpu_worker_loads_the_model_with_the_attention_auto_chose(tiny_spec):
+    model = load_base(tiny_spec, torch.device("cpu"), Single())
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_spec_asking_for_flex_attention_without_gpus_is_refused_before_it_runs(tiny_spec):
+    with pytest.raises(SpecError) as err:
+        tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, attn_implementation="flex_attention"))
+    assert err.value.field == "model.attn_implementation" and "scaling.use_gpu" in str(err.value)
