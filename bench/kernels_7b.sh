@@ -7,10 +7,12 @@
 # Device call (from the repo root, after GPU_EXTRA="pytest pluggy iniconfig pytest-timeout" ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: GPU_TESTS=1 bash bench/kernels_7b.sh none:8 liger:8      (about 8 minutes)
 #   then, while the machine is warm:   bash bench/kernels_7b.sh liger:16                (about 3 minutes)
-# Each argument is KERNELS:MICRO_BATCH[:compile] (global batch stays the preset's 32, so every run trains the
-# same rows per step; `:compile` adds model.compile=true). Runs accumulate in /tmp/runs across calls on a warm
+# Each argument is KERNELS:MICRO_BATCH[:LEVER...] (global batch stays the preset's 32, so every run trains the
+# same rows per step). Levers: `compile` (model.compile=true), `fused` (lora.fused=true), `sdpa`
+# (model.attn_implementation=sdpa, the attention before flex). Runs accumulate in /tmp/runs across calls on a warm
 # machine; the table covers all of them. GPU_TESTS=compile runs only the gpu tests whose names say compiled.
-# The compile lever:   carry: [".gpu"]   command: GPU_TESTS=compile bash bench/kernels_7b.sh liger:8 liger:8:compile
+# The compile lever:   carry: [".gpu"]   command: GPU_TESTS=compile bash bench/kernels_7b.sh liger:8:sdpa liger:8:sdpa:compile
+# The LoRA lever:      carry: [".gpu"]   command: bash bench/kernels_7b.sh liger:8 liger:8:fused
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
@@ -20,12 +22,16 @@ if [ -n "${GPU_TESTS:-}" ]; then
   only=(); [ "$GPU_TESTS" = compile ] && only=(-k compiled)
   python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider "${only[@]}" 2>&1 | tee "$OUT/gpu_tests.log" || true
 fi
+declare -A LEVERS=([compile]="model.compile=true" [fused]="lora.fused=true" [sdpa]="model.attn_implementation=sdpa")
 for variant in "$@"; do
-  IFS=: read -r kern mb compile <<< "$variant"
-  suffix=${compile:+-compile}
-  echo "== kernels=$kern micro_batch=$mb ${compile:-}" | tee -a "$OUT/runs.log"
-  RUN_NAME="k-$kern-mb$mb$suffix" OUT="/tmp/bench-runs/$kern-$mb$suffix" bash bench/qlora_7b.sh \
-    model.kernels="$kern" train.micro_batch_size="$mb" model.compile="$([ -n "${compile:-}" ] && echo true || echo false)" \
+  IFS=: read -r kern mb levers <<< "$variant"
+  sets=(model.kernels="$kern" train.micro_batch_size="$mb"); suffix=""
+  for lever in ${levers//:/ }; do
+    [ -n "${LEVERS[$lever]:-}" ] || { echo "unknown lever $lever (compile, fused, sdpa)"; exit 2; }
+    sets+=("${LEVERS[$lever]}"); suffix+="-$lever"
+  done
+  echo "== $variant: ${sets[*]}" | tee -a "$OUT/runs.log"
+  RUN_NAME="k-$kern-mb$mb$suffix" OUT="/tmp/bench-runs/$kern-$mb$suffix" bash bench/qlora_7b.sh "${sets[@]}" \
     2>&1 | tail -25 | tee -a "$OUT/runs.log" || echo "FAILED: $variant" | tee -a "$OUT/runs.log"
 done
 pairs=(); for d in /tmp/runs/k-none-* /tmp/runs/k-liger-*; do [ -f "$d/summary.json" ] && pairs+=("${d##*/k-}=$d"); done

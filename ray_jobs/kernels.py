@@ -93,6 +93,16 @@ def _flags_of(model_type: str) -> set[str]:
     return set(inspect.signature(_liger_patches()[model_type]).parameters)
 
 
+def describe(choice: KernelChoice, spec: FineTuneSpec, compiled_layers: int) -> str:
+    """The summary's kernels line: Liger's choice, then what ``lora.fused`` and ``model.compile`` add when on."""
+    line = choice.describe()
+    if spec.lora.fused:
+        line += "; LoRA update inside its matmul (lora.fused)"
+    if compiled_layers:
+        line += f"; torch.compile ({compiled_layers} decoder layers)"
+    return line
+
+
 def apply(model: torch.nn.Module, choice: KernelChoice) -> None:
     """Patch ``model`` (the loaded base, before PEFT wraps it) with the chosen kernels, in place."""
     if not choice.enabled:

@@ -105,6 +105,10 @@ def apply_lora(model: torch.nn.Module, spec: FineTuneSpec) -> torch.nn.Module:
     for param in model.parameters():
         if param.requires_grad:
             param.data = param.data.float()
+    if lora.fused:
+        from ray_jobs.lora_fused import fuse
+
+        fuse(model)
     if spec.train.gradient_checkpointing:
         checkpoint_activations(model)
     return model

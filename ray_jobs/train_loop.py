@@ -163,7 +163,7 @@ class _Loop:
             trainable_params=trainable,
             model_shape=shape,
             peak_flops=peak_flops(device),
-            kernels=fused.describe() + (f"; torch.compile ({compiled} decoder layers)" if compiled else ""),
+            kernels=kernels.describe(fused, spec, compiled),
             attention=base.config._attn_implementation,
             micro_batch=micro.describe(),
             **strategies.describe(model, strategy),

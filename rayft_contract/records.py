@@ -132,8 +132,8 @@ class RunFacts(Record):
     """The strategy: ``single``, ``ddp`` or ``fsdp``."""
     quantized_layers: int = 0
     kernels: str = ""
-    """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.kernels``), then ``; torch.compile (N decoder layers)``
-    with ``model.compile``."""
+    """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.kernels``), then what ``lora.fused`` and ``model.compile``
+    add when they are on."""
     attention: str = ""
     """The attention kernel the worker loaded the model with (``model.attn_implementation``, ``auto`` resolved)."""
     micro_batch: str = ""

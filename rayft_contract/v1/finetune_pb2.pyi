@@ -80,18 +80,20 @@ class QuantizationSpec(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., double_quant: _Optional[bool] = ...) -> None: ...
 
 class LoraSpec(_message.Message):
-    __slots__ = ("r", "alpha", "dropout", "target_modules", "modules_to_save")
+    __slots__ = ("r", "alpha", "dropout", "target_modules", "modules_to_save", "fused")
     R_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     DROPOUT_FIELD_NUMBER: _ClassVar[int]
     TARGET_MODULES_FIELD_NUMBER: _ClassVar[int]
     MODULES_TO_SAVE_FIELD_NUMBER: _ClassVar[int]
+    FUSED_FIELD_NUMBER: _ClassVar[int]
     r: int
     alpha: int
     dropout: float
     target_modules: _containers.RepeatedScalarFieldContainer[str]
     modules_to_save: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, r: _Optional[int] = ..., alpha: _Optional[int] = ..., dropout: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., modules_to_save: _Optional[_Iterable[str]] = ...) -> None: ...
+    fused: bool
+    def __init__(self, r: _Optional[int] = ..., alpha: _Optional[int] = ..., dropout: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., modules_to_save: _Optional[_Iterable[str]] = ..., fused: _Optional[bool] = ...) -> None: ...
 
 class DataSpec(_message.Message):
     __slots__ = ("path", "format", "max_seq_len", "packing", "train_on_completions_only", "chat_template", "val_fraction", "val_path", "tokenize_workers", "tokenize_batch_size", "prefetch_batches", "overlong", "max_bad_row_frac", "cache", "cache_uri", "shuffle", "shuffle_buffer_rows")

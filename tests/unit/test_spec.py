@@ -29,6 +29,7 @@ INVALID = [
     ("model", "dtype", "int4", "model.dtype"),
     ("model", "kernels", "triton", "model.kernels"),
     ("model", "compile", "max-autotune", "model.compile"),
+    ("lora", "fused", "yes", "lora.fused"),
     ("quantization", "mode", "fp4", "quantization.mode"),
     ("quantization", "double_quant", "yes", "quantization.double_quant"),
     ("lora", "r", 0, "lora.r"),

@@ -1,0 +1,86 @@
+"""LoRA's update added inside its own matmul: ``base(x) + scale * B(A(x))`` as one ``addmm`` (``lora.fused``).
+
+PEFT computes an adapted layer's output as ``base(x)``, then (on a 4-bit base) a defensive ``result.clone()``, then
+``lora_B(lora_A(x))``, ``* scaling`` and ``+ result``: a copy, a multiply and an add over the full output of every
+adapted layer, and the multiply again in backward. In the 7B preset's profile on an H200 those copies, scalar
+multiplies and adds were 13% of the GPU's kernel time (``bench/RESULTS.md``, 2026-12-03). A BLAS ``addmm`` computes
+``C + alpha * (A @ B)`` in the matmul itself, so here the update is one kernel: no copy (``addmm`` writes a new
+tensor, so nothing is changed in place, which is what PEFT's clone guards against), no separate scale, no separate add;
+its backward passes the gradient straight through to the base and scales only the small LoRA gradients.
+
+Why our own forward and not PEFT's: PEFT has no fused path for this. Only ``forward`` changes, and only in the plain
+training case: adapters on and not merged, one active adapter, plain LoRA (no DoRA or other variant), no LoRA bias,
+the layer called with its input alone, and the output's dtype the update's (bf16 autocast, or an fp32 CPU model).
+Anything else goes to PEFT's own forward. Parameters, state dict and the saved adapter stay PEFT's, byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+class _FusedForward:
+    """Mixed in before a PEFT LoRA layer class: its forward, fused where it is the plain case."""
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        adapter = _plain_adapter(self) if not args and not kwargs else None
+        if adapter is None:
+            return super().forward(x, *args, **kwargs)  # type: ignore[misc]
+        import torch
+
+        lora_a, lora_b = self.lora_A[adapter], self.lora_B[adapter]
+        if not torch.is_autocast_enabled(x.device.type) and x.dtype != lora_a.weight.dtype:
+            return super().forward(x)  # type: ignore[misc]  # mixed dtypes without autocast: PEFT casts them
+        # Under autocast the input goes in as it is: autocast runs the matmuls in its dtype (PEFT's plain Linear would
+        # first copy the whole input to the fp32 of the LoRA weights, and autocast would copy it back).
+        result = self.base_layer(x)
+        update_in = lora_a(self.lora_dropout[adapter](x))
+        out = torch.addmm(
+            result.reshape(-1, result.shape[-1]),
+            update_in.reshape(-1, update_in.shape[-1]),
+            lora_b.weight.t(),
+            alpha=self.scaling[adapter],
+        )
+        return out.view(result.shape)
+
+
+def _plain_adapter(layer: Any) -> str | None:
+    """The one active adapter when ``layer`` trains plain LoRA on it, else ``None`` (PEFT's forward handles it)."""
+    if layer.disable_adapters or layer.merged or len(layer.active_adapters) != 1:
+        return None
+    (adapter,) = layer.active_adapters
+    if adapter not in layer.lora_A or adapter in layer.lora_variant or layer.lora_B[adapter].bias is not None:
+        return None
+    return adapter
+
+
+def _fused_classes() -> dict[type, type]:
+    """PEFT's LoRA linear classes and their fused subclasses (the 4-bit one only where bitsandbytes is installed)."""
+    from peft.tuners.lora.layer import Linear
+
+    plain = [Linear]
+    try:
+        from peft.tuners.lora.bnb import Linear4bit
+
+        plain.append(Linear4bit)
+    except ImportError:  # PEFT defines it only when bitsandbytes imports
+        pass
+    return {cls: type(f"Fused{cls.__name__}", (_FusedForward, cls), {}) for cls in plain}
+
+
+def fuse(model: torch.nn.Module) -> int:
+    """Give every LoRA linear layer of ``model`` (a PEFT model) the fused forward, in place; returns how many.
+
+    The layer's class becomes a subclass of its own that only overrides ``forward`` (the module, its parameters
+    and hooks are untouched), so ``isinstance`` checks against PEFT's classes still hold."""
+    classes = _fused_classes()
+    fused = 0
+    for module in model.modules():
+        target = classes.get(type(module))
+        if target is not None:
+            module.__class__ = target
+            fused += 1
+    return fused
