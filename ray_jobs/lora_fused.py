@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# PEFT at import: the fused classes are defined at module level, so a module that has one pickles by reference. This
+# module is imported only when lora.fused is on (ray_jobs.model), so nothing else pays for the import.
+from peft.tuners.lora.layer import Linear
+
 if TYPE_CHECKING:
     import torch
 
@@ -57,18 +61,22 @@ def _plain_adapter(layer: Any) -> str | None:
     return adapter
 
 
-def _fused_classes() -> dict[type, type]:
-    """PEFT's LoRA linear classes and their fused subclasses (the 4-bit one only where bitsandbytes is installed)."""
-    from peft.tuners.lora.layer import Linear
+class FusedLinear(_FusedForward, Linear):
+    """PEFT's LoRA ``Linear`` (a bf16 or fp32 base) with the fused forward."""
 
-    plain = [Linear]
-    try:
-        from peft.tuners.lora.bnb import Linear4bit
 
-        plain.append(Linear4bit)
-    except ImportError:  # PEFT defines it only when bitsandbytes imports
-        pass
-    return {cls: type(f"Fused{cls.__name__}", (_FusedForward, cls), {}) for cls in plain}
+_FUSED: dict[type, type] = {Linear: FusedLinear}
+
+try:
+    from peft.tuners.lora.bnb import Linear4bit
+except ImportError:  # PEFT defines it only where bitsandbytes imports
+    pass
+else:
+
+    class FusedLinear4bit(_FusedForward, Linear4bit):
+        """PEFT's LoRA ``Linear4bit`` (an NF4 base, QLoRA) with the fused forward."""
+
+    _FUSED[Linear4bit] = FusedLinear4bit
 
 
 def fuse(model: torch.nn.Module) -> int:
@@ -76,10 +84,9 @@ def fuse(model: torch.nn.Module) -> int:
 
     The layer's class becomes a subclass of its own that only overrides ``forward`` (the module, its parameters
     and hooks are untouched), so ``isinstance`` checks against PEFT's classes still hold."""
-    classes = _fused_classes()
     fused = 0
     for module in model.modules():
-        target = classes.get(type(module))
+        target = _FUSED.get(type(module))
         if target is not None:
             module.__class__ = target
             fused += 1

@@ -112,3 +112,13 @@ def test_on_an_nf4_base_under_bf16_autocast_the_fused_update_trains_what_peft_s_
     assert loss == pytest.approx(plain_loss, rel=1e-2)
     for name, grad in grads.items():
         assert torch.nn.functional.cosine_similarity(grad, plain[name], dim=0) > 0.99, name
+
+
+def test_a_fused_layer_pickles_and_comes_back_fused(tiny_spec):
+    import pickle
+
+    model, _, _ = step(with_lora(tiny_spec, fused=True))
+    layer = next(m for m in model.modules() if type(m).__name__ == "FusedLinear")
+    x = torch.randn(3, layer.in_features)
+    again = pickle.loads(pickle.dumps(layer))
+    assert type(again) is type(layer) and torch.allclose(again(x), layer(x))
