@@ -1,7 +1,7 @@
 """A dataset larger than the object store: memory stays bounded, and nothing is lost (issue 14).
 
-    .venv/bin/python bench/spill_bench.py                       # about 3 minutes on 2 cores
-    .venv/bin/python bench/spill_bench.py --rows 60000 --store-mb 75
+    .venv/bin/python bench/spill_bench.py --rows 30000              # about 6 minutes on 2 cores
+    .venv/bin/python bench/spill_bench.py --rows 30000 --block-mib 4 # the fill's blocks at 4 MiB (default 16)
 
 The same cache fill (read, template, tokenize, pack, write) of ``bench/make_chat_data.py`` rows with the
 tiny tokenizer, twice, each on a fresh local Ray cluster: first with an object store larger than the whole
@@ -10,7 +10,13 @@ it reports the entry's size, the object store's peak use (sampled every 0.25 s),
 and read back, the driver's peak memory, the rows read and tokenized, and a digest of every packed row in
 the entry's order. Equal digests: the small store lost, repeated and reordered nothing.
 
-Writes ``bench/out/spill_bench.json`` and prints the table.
+With ``--consumer-rows-per-s N`` (on by default) a third run streams the same data (``data.cache: false``, as a job
+that does not cache) through the small store into a consumer slower than the tokenizers: it takes the packed rows a
+micro-batch at a time and waits as a GPU would that trains N rows a second. Every run's examples (cut from the packed
+rows where the positions restart) are compared as a multiset: a stream's blocks reach the tokenizers in Ray Data's
+order, not the data's, so the same examples can pack into other rows; none may be lost or repeated.
+
+Writes ``bench/out/spill_bench_{block MiB}mib.json`` and prints the table.
 """
 
 from __future__ import annotations
@@ -43,9 +49,21 @@ def main() -> None:
     parser.add_argument("--store-mb", type=int, default=75, help="the small object store (Ray's minimum: 75 MiB)")
     parser.add_argument("--big-store-mb", type=int, default=2048)
     parser.add_argument("--workers", type=int, default=1, help="tokenizer actors")
+    parser.add_argument(
+        "--consumer-rows-per-s", type=float, default=60.0, help="the slow consumer's packed rows a second (0: no stream run)"
+    )
+    parser.add_argument("--block-mib", type=int, default=0, help="the fill's block size (0: ray_jobs.sources.BLOCK_BYTES)")
     args = parser.parse_args()
+    if args.block_mib:
+        import ray_jobs.sources
+
+        ray_jobs.sources.BLOCK_BYTES = args.block_mib * MIB  # read when each run's dataset is built
     OUT.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="rayft-spill-bench-"))
+    with tempfile.TemporaryDirectory(prefix="rayft-spill-bench-") as work:
+        run(args, Path(work))
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
     from ray_jobs.tiny import ensure_tiny_assets
 
     tiny = ensure_tiny_assets(work / "tiny", rows=2000)
@@ -56,11 +74,25 @@ def main() -> None:
         model=dataclasses.replace(spec.model, path=str(tiny / "model")),
         data=dataclasses.replace(spec.data, path=str(data), max_seq_len=2048, val_fraction=0.0, tokenize_workers=args.workers),
     )
-    results = {"rows": args.rows, "source_mib": data.stat().st_size / MIB, "cpus": os.cpu_count(), "fills": []}
+    from ray_jobs.sources import BLOCK_BYTES
+
+    results = {
+        "block_mib": BLOCK_BYTES / MIB,
+        "rows": args.rows,
+        "source_mib": data.stat().st_size / MIB,
+        "cpus": os.cpu_count(),
+        "fills": [],
+    }
     for label, store_mb in (("large store", args.big_store_mb), ("small store", args.store_mb)):
         results["fills"].append(one_fill(spec, work / f"cache-{store_mb}", store_mb, label))
         print(json.dumps(results["fills"][-1]))
-    (OUT / "spill_bench.json").write_text(json.dumps(results, indent=2))
+    if args.consumer_rows_per_s:
+        results["fills"].append(one_stream(spec, args.store_mb, args.consumer_rows_per_s))
+        results["fills"][-1]["same_examples_as_the_fill"] = (
+            results["fills"][-1]["example_multiset"] == results["fills"][0]["example_multiset"]
+        )
+        print(json.dumps(results["fills"][-1]))
+    (OUT / f"spill_bench_{BLOCK_BYTES // MIB}mib.json").write_text(json.dumps(results, indent=2))
     print_table(results)
 
 
@@ -98,9 +130,72 @@ def one_fill(spec: FineTuneSpec, cache_root: Path, store_mb: int, label: str) ->
         "driver_peak_rss_mib": sampler.peak_rss / MIB,
         "ray_processes_peak_rss_mib": sampler.peak_tree_rss / MIB,
         "digest": digest(files),
+        "example_multiset": example_multiset(_rows_of(f.path) for f in files),
     }
     ray.shutdown()
     return result
+
+
+def one_stream(spec: FineTuneSpec, store_mb: int, rows_per_s: float, micro_batch: int = 4) -> dict:
+    """The data streamed (no cache) into a consumer that takes ``rows_per_s`` packed rows a second."""
+    import ray
+
+    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.local_ray import quiet_ray_data, start_local_cluster
+
+    start_local_cluster(num_cpus=os.cpu_count() or 2, object_store_memory=store_mb * MIB)
+    quiet_ray_data()
+    sampler = StoreSampler()
+    sampler.start()
+    spec = spec.replace(data=dataclasses.replace(spec.data, cache=False))
+    t0 = time.perf_counter()
+    prepared = prepare(spec)
+    batches = []
+    for batch in prepared.datasets["train"].iter_batches(batch_size=micro_batch, batch_format="pyarrow"):
+        batches.append(batch)
+        time.sleep(batch.num_rows / rows_per_s)  # the GPU's share of the time
+    seconds = time.perf_counter() - t0
+    sampler.stop()
+    final = store_stats()
+    report = prepared.quality_report()
+    result = {
+        "label": f"small store, streamed to a consumer of {rows_per_s:.0f} rows/s",
+        "object_store_mib": store_mb,
+        "seconds": seconds,
+        "rows_read": report.rows,
+        "rows_tokenized": report.rows - sum(report.bad.values()),
+        "packed_rows": sum(b.num_rows for b in batches),
+        "store_peak_mib": sampler.peak_mib,
+        "spilled_mib": final.get("spilled_mib", 0.0),
+        "restored_mib": final.get("restored_mib", 0.0),
+        "driver_peak_rss_mib": sampler.peak_rss / MIB,
+        "ray_processes_peak_rss_mib": sampler.peak_tree_rss / MIB,
+        "example_multiset": example_multiset(batches),
+    }
+    ray.shutdown()
+    return result
+
+
+def _rows_of(path: str):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path)
+
+
+def example_multiset(tables) -> str:
+    """SHA-256 over the sorted digests of every packed example (its ids and labels, cut where the positions restart
+    at 0): equal for the same examples in any order and any packing (a stream's blocks may reach the tokenizers in
+    another order than a fill's, and then the same examples pack into other rows)."""
+    examples = []
+    for table in tables:
+        ids, labels, positions, real = (
+            table.column(c).to_pylist() for c in ("input_ids", "labels", "position_ids", "num_tokens")
+        )
+        for row_ids, row_labels, row_pos, n in zip(ids, labels, positions, real):
+            starts = [i for i in range(n) if row_pos[i] == 0] + [n]
+            for a, b in zip(starts, starts[1:]):
+                examples.append(hashlib.sha256(repr((row_ids[a:b], row_labels[a:b])).encode()).hexdigest())
+    return f"{len(examples)}:" + hashlib.sha256("".join(sorted(examples)).encode()).hexdigest()
 
 
 def _arrow_bytes(path: str) -> int:
@@ -188,6 +283,7 @@ def print_table(results: dict) -> None:
         ("driver peak RSS (MiB)", "driver_peak_rss_mib", "{:.0f}"),
         ("Ray's processes, peak RSS (MiB)", "ray_processes_peak_rss_mib", "{:.0f}"),
         ("digest of the packed rows", "digest", "{:.12}"),
+        ("examples : digest of them, any order", "example_multiset", "{:.20}"),
     ]
     fills = results["fills"]
     print(f"{results['rows']:,} rows, {results['source_mib']:.0f} MiB of JSONL, {results['cpus']} CPUs")
@@ -195,8 +291,10 @@ def print_table(results: dict) -> None:
     print("|---|" + "---|" * len(fills))
     for label, key, fmt in rows:
         print(f"| {label} | " + " | ".join(fmt.format(f[key]) if f.get(key) is not None else "" for f in fills) + " |")
-    same = len({f["digest"] for f in fills}) == 1
-    print("the same packed rows, in the same order" if same else "THE ENTRIES DIFFER")
+    same = len({f["digest"] for f in fills if "digest" in f}) == 1
+    print("the fills: the same packed rows, in the same order" if same else "THE FILLS' ENTRIES DIFFER")
+    same = len({f["example_multiset"] for f in fills}) == 1
+    print("every run: the same examples, none lost or repeated" if same else "THE EXAMPLES DIFFER")
 
 
 if __name__ == "__main__":
