@@ -126,8 +126,9 @@ def compile_layers(model: torch.nn.Module, backend: str = "inductor") -> int:
 
     Per layer, not the whole model: the layers are one code object, so dynamo compiles one graph and every layer
     reuses it, and what runs around them (the packed rows' attention mask, the loss) stays eager. Before the
-    strategy wraps the model (torchtitan's order: compile the blocks, then shard them). A part dynamo cannot
-    trace (a bitsandbytes matmul, say) breaks the graph there and runs eagerly: slower, never wrong."""
+    strategy wraps the model (torchtitan's order: compile the blocks, then shard them). A part dynamo may not
+    trace breaks the graph there and runs eagerly: slower, never wrong (on the H200 only Liger's RoPE did, which
+    Liger keeps out of compilation; bitsandbytes' matmuls were traced). Measured there: no gain with Liger on."""
     from ray_jobs.strategy import decoder_layers
 
     layers = decoder_layers(model)
