@@ -111,7 +111,6 @@ def one_fill(spec: FineTuneSpec, cache_root: Path, store_mb: int, label: str) ->
     prepared = prepare(spec)
     seconds = time.perf_counter() - t0
     sampler.stop()
-    final = store_stats()
     files = prepared.order.files
     entry_bytes = sum(Path(f.path).stat().st_size for f in files)
     in_memory = sum(_arrow_bytes(f.path) for f in files)
@@ -124,11 +123,7 @@ def one_fill(spec: FineTuneSpec, cache_root: Path, store_mb: int, label: str) ->
         "packed_rows": prepared.order.rows,
         "entry_parquet_mib": entry_bytes / MIB,
         "entry_in_memory_mib": in_memory / MIB,
-        "store_peak_mib": sampler.peak_mib,
-        "spilled_mib": final.get("spilled_mib", 0.0),
-        "restored_mib": final.get("restored_mib", 0.0),
-        "driver_peak_rss_mib": sampler.peak_rss / MIB,
-        "ray_processes_peak_rss_mib": sampler.peak_tree_rss / MIB,
+        **memory(sampler),
         "digest": digest(files),
         "example_multiset": example_multiset(_rows_of(f.path) for f in files),
     }
@@ -156,7 +151,6 @@ def one_stream(spec: FineTuneSpec, store_mb: int, rows_per_s: float, micro_batch
         time.sleep(batch.num_rows / rows_per_s)  # the GPU's share of the time
     seconds = time.perf_counter() - t0
     sampler.stop()
-    final = store_stats()
     report = prepared.quality_report()
     result = {
         "label": f"small store, streamed to a consumer of {rows_per_s:.0f} rows/s",
@@ -165,15 +159,23 @@ def one_stream(spec: FineTuneSpec, store_mb: int, rows_per_s: float, micro_batch
         "rows_read": report.rows,
         "rows_tokenized": report.rows - sum(report.bad.values()),
         "packed_rows": sum(b.num_rows for b in batches),
+        **memory(sampler),
+        "example_multiset": example_multiset(batches),
+    }
+    ray.shutdown()
+    return result
+
+
+def memory(sampler: StoreSampler) -> dict[str, float]:
+    """What a run held: the store's peak and what it spilled and read back, the driver's and Ray's peak RSS."""
+    final = store_stats()
+    return {
         "store_peak_mib": sampler.peak_mib,
         "spilled_mib": final.get("spilled_mib", 0.0),
         "restored_mib": final.get("restored_mib", 0.0),
         "driver_peak_rss_mib": sampler.peak_rss / MIB,
         "ray_processes_peak_rss_mib": sampler.peak_tree_rss / MIB,
-        "example_multiset": example_multiset(batches),
     }
-    ray.shutdown()
-    return result
 
 
 def _rows_of(path: str):
