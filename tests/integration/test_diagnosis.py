@@ -102,10 +102,13 @@ def test_padding_heavy_data_without_packing(ray_cluster, tiny_spec, tmp_path):
 def test_slow_first_steps_are_warmup(ray_cluster, tiny_spec):
     summary, events, _ = profiled(tiny_spec, Chaos(slow_steps=8, slow_step_s=0.8), steps=30)
     assert kinds(summary) == ["warmup"], summary.diagnosis
-    # The 8 injected steps are the warm-up. The step after them is not injected: on 2 busy cores it can be a
-    # 0.2 s step twice the median, and then the warm-up reads 9 (seen once in a fresh-clone CI run). The test
-    # asserts the injected cause, not the speed of the step after it.
+    # The 8 injected steps are the warm-up. The steps after them are not injected: on 2 busy cores a 0.1 s step
+    # can run twice the median, and then the warm-up reads 9 (seen once in a fresh-clone CI run) or 10 (seen with a
+    # benchmark beside the suite). Those steps were slow, so counting them is right; how many there are depends on
+    # the machine's load. The test asserts the injected cause (every injected step is in the warm-up, none of them in
+    # steady state), not the speed of the steps after it; and that the count stopped at a fast step, before the
+    # detector's cap of half the steps (15), so it does not swallow the run.
     warm = summary.timing.warmup_steps
-    assert warm in (8, 9), warm
+    assert 8 <= warm < 15, warm
     assert f"first {warm} steps" in summary.diagnosis[0].message
     assert summary.efficiency.steady_steps == 30 - warm, "steady state leaves the warm-up out"
