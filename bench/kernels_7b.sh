@@ -10,16 +10,17 @@
 # Each argument is KERNELS:MICRO_BATCH[:LEVER...] (global batch stays the preset's 32, so every run trains the
 # same rows per step). Levers: `compile` (model.compile=true), `fused` (lora.fused=true), `sdpa`
 # (model.attn_implementation=sdpa, the attention before flex). Runs accumulate in /tmp/runs across calls on a warm
-# machine; the table covers all of them. GPU_TESTS=compile runs only the gpu tests whose names say compiled.
-# The compile lever:   carry: [".gpu"]   command: GPU_TESTS=compile bash bench/kernels_7b.sh liger:8:sdpa liger:8:sdpa:compile
-# The LoRA lever:      carry: [".gpu"]   command: bash bench/kernels_7b.sh liger:8 liger:8:fused
+# machine; the table covers all of them. GPU_TESTS=1 runs every gpu test first; GPU_TESTS=WORD only those whose
+# names hold WORD (pytest -k).
+# The compile lever:   carry: [".gpu"]   command: GPU_TESTS=compiled bash bench/kernels_7b.sh liger:8:sdpa liger:8:sdpa:compile
+# The LoRA lever:      carry: [".gpu"]   command: GPU_TESTS=fused bash bench/kernels_7b.sh liger:8 liger:8:fused
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 export STEPS=${STEPS:-12} LOG_EVERY=1
 if [ -n "${GPU_TESTS:-}" ]; then
-  only=(); [ "$GPU_TESTS" = compile ] && only=(-k compiled)
+  only=(); [ "$GPU_TESTS" != 1 ] && only=(-k "$GPU_TESTS")
   python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider "${only[@]}" 2>&1 | tee "$OUT/gpu_tests.log" || true
 fi
 declare -A LEVERS=([compile]="model.compile=true" [fused]="lora.fused=true" [sdpa]="model.attn_implementation=sdpa")

@@ -84,6 +84,21 @@ def test_decoder_layers_compiled_by_inductor_over_nf4_and_liger_give_the_same_lo
             assert cos > 0.99, (name, float(cos))
 
 
+def test_lora_fused_over_nf4_and_liger_gives_peft_s_loss_and_gradients(tiny_spec):
+    """lora.fused on the GPU path it is for: one addmm per adapted layer in place of PEFT's clone, scale and add."""
+    import torch
+
+    spec = qlora_gpu(tiny_spec)
+    ref_loss, ref_grads = loss_and_grads(spec, patch=True)
+    fused = spec.replace(lora=dataclasses.replace(spec.lora, fused=True))
+    loss, grads = loss_and_grads(fused, patch=True)
+    assert loss == pytest.approx(ref_loss, rel=1e-2)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        if ref_grads[name].abs().max() > 0:
+            assert torch.nn.functional.cosine_similarity(grad, ref_grads[name], dim=0) > 0.99, name
+
+
 def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec):
     """What model.attn_implementation: auto picks on a GPU: the same masked attention (no token sees another packed
     example), computed block-sparse."""
