@@ -16,14 +16,13 @@ Anything else goes to PEFT's own forward. Parameters, state dict and the saved a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-# PEFT at import: the fused classes are defined at module level, so a module that has one pickles by reference. This
-# module is imported only when lora.fused is on (ray_jobs.model), so nothing else pays for the import.
+# torch and PEFT at import: the fused classes are defined at module level, so a module that has one pickles by
+# reference, and the forward imports nothing per call. This module is imported only when lora.fused is on
+# (ray_jobs.model), so nothing else pays for the import.
+import torch
 from peft.tuners.lora.layer import Linear
-
-if TYPE_CHECKING:
-    import torch
 
 
 class _FusedForward:
@@ -33,8 +32,6 @@ class _FusedForward:
         adapter = _plain_adapter(self) if not args and not kwargs else None
         if adapter is None:
             return super().forward(x, *args, **kwargs)  # type: ignore[misc]
-        import torch
-
         lora_a, lora_b = self.lora_A[adapter], self.lora_B[adapter]
         if not torch.is_autocast_enabled(x.device.type) and x.dtype != lora_a.weight.dtype:
             return super().forward(x)  # type: ignore[misc]  # mixed dtypes without autocast: PEFT casts them

@@ -40,10 +40,9 @@ RECORDS_PER_BLOCK = 4096
 BLOCK_BYTES = 16 * 2**20
 """The fill's ``target_max_block_size`` (Ray Data's default: 128 MiB, into which it gathers what a task yields
 before handing any on). With it, a gzipped shard of 85 MB left its reading task as one block, read whole before
-its first row reached a tokenizer: 14 s on the H200 host (``bench/RESULTS.md``). At 16 MiB a block of about
-12,000 chat rows goes on as soon as it is read. Smaller blocks cost more than they gave: every block is cut
-into tokenizer tasks by Ray Data's strict re-cut, a task of its own, and at 4 MiB the 1M-row fill ran at
-16,808 rows/s with 14 actors and 1,770 with one, against 17,478 and 1,918 at 16 MiB (the same host, one call)."""
+its first row reached a tokenizer: 14 s on the H200 host (``bench/RESULTS.md``). At 16 MiB a block of ~12,000 chat
+rows goes on once read. Smaller blocks cost more (each is re-cut into tokenizer tasks by a task of its own): at 4 MiB
+the 1M-row fill ran 16,808 rows/s (14 actors) and 1,770 (one) against 17,478 and 1,918 at 16 MiB, one host, one call."""
 READ_BUFFER_BYTES = 8 * 2**20
 """The read-ahead of a streamed (compressed, or whole) file. Unbuffered, pyarrow read a gzipped file from S3 in
 GETs of about 62 KB: 16,198 requests for 992 MiB of shards on the H200 host (moto), where each request to real
