@@ -19,6 +19,7 @@ source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 export STEPS=${STEPS:-12} LOG_EVERY=1
+export TORCH_LOGS=${TORCH_LOGS:-recompiles}  # each torch.compile recompile and its reason, in each run's train log
 if [ -n "${GPU_TESTS:-}" ]; then
   only=(); [ "$GPU_TESTS" != 1 ] && only=(-k "$GPU_TESTS")
   python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider "${only[@]}" 2>&1 | tee "$OUT/gpu_tests.log" || true
@@ -34,6 +35,8 @@ for variant in "$@"; do
   echo "== $variant: ${sets[*]}" | tee -a "$OUT/runs.log"
   RUN_NAME="k-$kern-mb$mb$suffix" OUT="/tmp/bench-runs/$kern-$mb$suffix" bash bench/qlora_7b.sh "${sets[@]}" \
     2>&1 | tail -25 | tee -a "$OUT/runs.log" || echo "FAILED: $variant" | tee -a "$OUT/runs.log"
+  cp "/tmp/bench-runs/$kern-$mb$suffix/train.log" "$OUT/train-$kern-$mb$suffix.log" 2>/dev/null || true
+  echo "$variant: $(grep -c 'Recompiling' "$OUT/train-$kern-$mb$suffix.log" 2>/dev/null || true) recompiles" | tee -a "$OUT/runs.log"
 done
 pairs=(); for d in /tmp/runs/k-none-* /tmp/runs/k-liger-*; do [ -f "$d/summary.json" ] && pairs+=("${d##*/k-}=$d"); done
 python3 bench/compare_runs.py "$OUT/kernels_7b.png" "${pairs[@]}" | tee "$OUT/compare.md"

@@ -215,21 +215,27 @@ def micro_batches(
         "device": "cpu",  # the loop copies each micro-batch itself, timed as host-to-device
         "pin_memory": device.type == "cuda",
     }
+    from ray_jobs.model import attention_for
+    from ray_jobs.packing import shape_multiple
+
+    multiple = shape_multiple(attention_for(spec, device.type), spec.data.max_seq_len)
     if order is not None:
         batches = worker_batches(order, state.epoch, state.batches_in_epoch, world, rank, spec.train.micro_batch_size, options)
-        return _cached(batches, state)
-    return _streamed(spec, shard, state, rank, options)
+        return _cached(batches, state, multiple)
+    return _streamed(spec, shard, state, rank, options, multiple)
 
 
-def _cached(batches: Iterator[tuple[int, int, dict[str, Any]]], state: Any) -> Iterator[dict[str, Any]]:
+def _cached(batches: Iterator[tuple[int, int, dict[str, Any]]], state: Any, multiple: int) -> Iterator[dict[str, Any]]:
     from ray_jobs.packing import trim_padding
 
     for epoch, done, batch in batches:
         state.epoch, state.batches_in_epoch = epoch, done
-        yield trim_padding(batch)
+        yield trim_padding(batch, multiple)
 
 
-def _streamed(spec: FineTuneSpec, shard: Any, state: Any, rank: int, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _streamed(
+    spec: FineTuneSpec, shard: Any, state: Any, rank: int, options: dict[str, Any], multiple: int
+) -> Iterator[dict[str, Any]]:
     """Streaming: the tokenizers' output order varies with their timing, so a resume skips the same number of
     micro-batches, not the same rows; the buffer's seed changes every epoch."""
     from ray_jobs.packing import trim_padding
@@ -249,7 +255,7 @@ def _streamed(spec: FineTuneSpec, shard: Any, state: Any, rank: int, options: di
             if epoch == state.epoch and index < state.batches_in_epoch:
                 continue
             state.epoch, state.batches_in_epoch = epoch, index + 1
-            yield trim_padding(batch)
+            yield trim_padding(batch, multiple)
         if seen == 0:
             raise RuntimeError(
                 "the training split gave this worker no full micro-batch: add data, or lower train.micro_batch_size or scaling.num_workers"

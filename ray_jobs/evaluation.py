@@ -21,7 +21,7 @@ from typing import Any
 from ray_jobs.data import TOKEN_COLUMNS
 from ray_jobs.data_order import CachedOrder
 from ray_jobs.model import autocast
-from ray_jobs.packing import trim_padding
+from ray_jobs.packing import SHAPE_MULTIPLE, trim_padding
 from ray_jobs.strategy import all_reduce
 from rayft_contract.spec import FineTuneSpec
 
@@ -29,14 +29,23 @@ MAX_KEPT_ROWS = 1024
 
 
 class EvalBatches:
-    """This worker's eval micro-batches (on the CPU, padding trimmed)."""
+    """This worker's eval micro-batches (on the CPU, padding trimmed to a multiple of ``multiple`` columns,
+    :func:`ray_jobs.packing.shape_multiple`)."""
 
-    def __init__(self, shard: Any, micro_batch_size: int, split: CachedOrder | None = None, rank: int = 0, world: int = 1):
+    def __init__(
+        self,
+        shard: Any,
+        micro_batch_size: int,
+        split: CachedOrder | None = None,
+        rank: int = 0,
+        world: int = 1,
+        multiple: int = SHAPE_MULTIPLE,
+    ):
         """``split``: the cached eval split, read directly when this worker can open it (else ``shard``)."""
-        self.shard, self.micro_batch_size = shard, micro_batch_size
+        self.shard, self.micro_batch_size, self.multiple = shard, micro_batch_size, multiple
         self.kept: list[dict[str, Any]] | None = None
         if split is not None and split.rows <= MAX_KEPT_ROWS and split.readable_here():
-            self.kept = _direct(split, micro_batch_size, rank, world)
+            self.kept = _direct(split, micro_batch_size, rank, world, multiple)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self.kept is not None:
@@ -47,7 +56,7 @@ class EvalBatches:
         kept: list[dict[str, Any]] | None = []
         rows = 0
         for batch in self.shard.iter_torch_batches(batch_size=self.micro_batch_size, dtypes=torch.long, device="cpu"):
-            batch = trim_padding(batch)
+            batch = trim_padding(batch, self.multiple)
             rows += len(batch["num_tokens"])
             if kept is not None:
                 kept = kept + [batch] if rows <= MAX_KEPT_ROWS else None
@@ -55,7 +64,7 @@ class EvalBatches:
         self.kept = kept  # only a pass that ran to the end is kept
 
 
-def _direct(split: CachedOrder, micro_batch_size: int, rank: int, world: int) -> list[dict[str, Any]]:
+def _direct(split: CachedOrder, micro_batch_size: int, rank: int, world: int, multiple: int) -> list[dict[str, Any]]:
     """This worker's rows of the split (every ``world``-th, from ``rank``) in micro-batches; together the
     workers hold every row once, as Ray Train's shards do."""
     import numpy as np
@@ -67,7 +76,7 @@ def _direct(split: CachedOrder, micro_batch_size: int, rank: int, world: int) ->
     batches = []
     for start in range(0, mine.num_rows, micro_batch_size):
         batch = {k: torch.as_tensor(v[start : start + micro_batch_size], dtype=torch.long) for k, v in columns.items()}
-        batches.append(trim_padding(batch))
+        batches.append(trim_padding(batch, multiple))
     return batches
 
 

@@ -82,6 +82,14 @@ GPUs, one rank's new shape stalls both. Rounding up bounds the shapes at ``max_s
 2,048, and packed rows are nearly always full) for under 128 padding columns per batch."""
 
 
+def shape_multiple(attention: str, seq_len: int) -> int:
+    """The column multiple :func:`trim_padding` keeps under ``attention``: whole rows (``seq_len``) under flex
+    attention, else :data:`SHAPE_MULTIPLE`. transformers compiles flex attention, and each width it has not seen
+    recompiles it (the first new one as a dynamic-shape kernel); a padding column costs flex attention little, as
+    padding is its own block of the mask, which the examples' blocks skip."""
+    return seq_len if attention == "flex_attention" else SHAPE_MULTIPLE
+
+
 def trim_padding(batch: dict[str, np.ndarray], multiple: int = SHAPE_MULTIPLE) -> dict[str, np.ndarray]:
     """Cut the columns every row of a batch pads (real tokens are at the front of each row), keeping a
     multiple of ``multiple`` columns (or the whole row, if that is shorter)."""

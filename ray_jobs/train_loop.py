@@ -29,6 +29,7 @@ from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.memory import MicroBatches, fit_plan, free_step
 from ray_jobs.metrics import StepMeter
 from ray_jobs.model import apply_lora, autocast, checkpoint_activations, compile_layers, count_parameters, load_base
+from ray_jobs.packing import shape_multiple
 from ray_jobs.profile import model_shape, peak_flops
 from ray_jobs.samples import Answers
 from ray_jobs.torch_trace import StepTrace
@@ -153,9 +154,9 @@ class _Loop:
                 if state.best_step and state.best_step == state.step:  # the weights just restored are the best
                     best.weights = snapshot()
         log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
-        eval_batches = None
-        if cfg.has_eval:
-            eval_batches = EvalBatches(ray.train.get_dataset_shard("eval"), train.micro_batch_size, cfg.eval_split, rank, world)
+        width = shape_multiple(base.config._attn_implementation, spec.data.max_seq_len)
+        held_out = ray.train.get_dataset_shard("eval") if cfg.has_eval else None
+        eval_batches = held_out and EvalBatches(held_out, train.micro_batch_size, cfg.eval_split, rank, world, width)
         micro = MicroBatches(train.micro_batch_size, world)
         micro.follow(chosen)
         facts = RunFacts(

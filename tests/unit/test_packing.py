@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ray_jobs.packing import pack, trim_padding
+from ray_jobs.packing import SHAPE_MULTIPLE, pack, shape_multiple, trim_padding
 from ray_jobs.template import IGNORE_INDEX
 
 PAD = 0
@@ -120,3 +120,9 @@ def test_long_examples_are_truncated_and_counted(seq_len):
     rows = pack([(list(range(1, 30)), list(range(1, 30)))], seq_len=seq_len, pad_id=PAD)
     assert rows["num_tokens"].tolist() == [seq_len]
     assert rows["num_truncated"].tolist() == [1]
+
+
+def test_flex_attention_keeps_whole_rows_so_one_width_compiles_once():
+    rows = pack([([1, 2, 3], [1, 2, 3])], seq_len=512, pad_id=PAD, packing=True)
+    assert trim_padding(rows, shape_multiple("flex_attention", 512))["input_ids"].shape == (1, 512)
+    assert trim_padding(rows, shape_multiple("sdpa", 512))["input_ids"].shape == (1, SHAPE_MULTIPLE)
