@@ -48,7 +48,11 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     summary = result.summary
 
     assert summary.layout == "ddp"
-    assert summary.kernels == "none (Liger's Triton kernels need a CUDA GPU, this worker has cpu)"  # model.kernels: auto
+    # model.kernels: auto, lora.fused: true (the defaults)
+    assert (
+        summary.kernels
+        == "none (Liger's Triton kernels need a CUDA GPU, this worker has cpu); LoRA update inside its matmul (lora.fused)"
+    )
     # The cached eval split is read straight from its Parquet files, so the first pass (the baseline) costs
     # about what the later two do from memory; streaming it through Ray Data made it about 25x a later one
     # and the demo's slow_eval. (The first also loads the tokenizer for the samples.)

@@ -33,7 +33,7 @@ def step(spec, seed: int = 0) -> tuple[torch.nn.Module, float, dict[str, torch.T
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_the_fused_update_gives_peft_s_loss_and_gradients(tiny_spec, dropout):
-    plain_model, plain_loss, plain = step(with_lora(tiny_spec, dropout=dropout))
+    plain_model, plain_loss, plain = step(with_lora(tiny_spec, dropout=dropout, fused=False))
     model, loss, grads = step(with_lora(tiny_spec, dropout=dropout, fused=True))
     lora_layers = [m for m in model.modules() if type(m).__name__ == "FusedLinear"]
     assert len(lora_layers) == 7 * model.config.num_hidden_layers  # every adapted projection

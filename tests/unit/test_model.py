@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -77,3 +78,19 @@ def test_a_spec_asking_for_flex_attention_without_gpus_is_refused_before_it_runs
     with pytest.raises(SpecError) as err:
         tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, attn_implementation="flex_attention"))
     assert err.value.field == "model.attn_implementation" and "scaling.use_gpu" in str(err.value)
+
+
+def test_compiled_kernels_are_kept_in_the_node_s_rayft_cache_unless_the_operator_chose(tmp_path, monkeypatch):
+    from ray_jobs.model import COMPILE_CACHE_ENV, keep_compiled_kernels
+
+    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    monkeypatch.setenv("RAYFT_CACHE_DIR", str(tmp_path))
+    assert keep_compiled_kernels() == str(tmp_path / "compile")
+    assert os.environ[COMPILE_CACHE_ENV] == str(tmp_path / "compile")
+
+    monkeypatch.setenv(COMPILE_CACHE_ENV, "/operator/chose")
+    assert keep_compiled_kernels() == "/operator/chose"  # left as it is
+
+    monkeypatch.delenv(COMPILE_CACHE_ENV)
+    assert keep_compiled_kernels("s3://bucket/cache") is None  # kernels cannot live in S3: torch's own default
+    assert COMPILE_CACHE_ENV not in os.environ
