@@ -36,7 +36,10 @@ for variant in "$@"; do
   RUN_NAME="k-$kern-mb$mb$suffix" OUT="/tmp/bench-runs/$kern-$mb$suffix" bash bench/qlora_7b.sh "${sets[@]}" \
     2>&1 | tail -25 | tee -a "$OUT/runs.log" || echo "FAILED: $variant" | tee -a "$OUT/runs.log"
   cp "/tmp/bench-runs/$kern-$mb$suffix/train.log" "$OUT/train-$kern-$mb$suffix.log" 2>/dev/null || true
-  echo "$variant: $(grep -c 'Recompiling' "$OUT/train-$kern-$mb$suffix.log" 2>/dev/null || true) recompiles" | tee -a "$OUT/runs.log"
+  # The workers' stderr stays in the run's Ray session logs (ray_jobs.local_ray: /tmp/ray-*), not in train.log.
+  session=$(ls -dt /tmp/ray-*/session_2* 2>/dev/null | head -1)
+  grep -h "Recompiling\|recompil" "$session"/logs/worker-*.err 2>/dev/null | head -40 > "$OUT/recompiles-$kern-$mb$suffix.log" || true
+  echo "$variant: $(grep -c 'Recompiling' "$OUT/recompiles-$kern-$mb$suffix.log") recompiles (in $session)" | tee -a "$OUT/runs.log"
 done
 pairs=(); for d in /tmp/runs/k-none-* /tmp/runs/k-liger-*; do [ -f "$d/summary.json" ] && pairs+=("${d##*/k-}=$d"); done
 python3 bench/compare_runs.py "$OUT/kernels_7b.png" "${pairs[@]}" | tee "$OUT/compare.md"
