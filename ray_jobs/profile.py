@@ -163,7 +163,7 @@ class JobProfile:
         """Seconds per :class:`~rayft_contract.phases.Phase`, in its order; the values sum to ``wall``."""
         rows: dict[str, float] = {
             name: self.driver.get(name, 0.0)
-            for name in ("preflight", "tracking", "connect", "model_fetch", "data_prepare", *FillTimes.PHASES, "trainer_setup")
+            for name in ("preflight", "connect", "model_fetch", "data_prepare", *FillTimes.PHASES, "trainer_setup", "tracking")
         }
         setup = self.setup or SetupTimes(worker_start_ts=0.0)
         worker_start = setup.worker_start_ts

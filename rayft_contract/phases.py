@@ -37,7 +37,6 @@ class Phase(StrEnum):
         return member
 
     PREFLIGHT = "preflight", "preflight checks", Group.STARTUP
-    TRACKING = "tracking", "trackers start (TensorBoard, MLflow, W&B)", Group.STARTUP
     CONNECT = "connect", "connect to Ray", Group.STARTUP
     MODEL_FETCH = "model_fetch", "model fetch", Group.STARTUP
     DATA_PREPARE = "data_prepare", "data prepare (cache lookup; tokenize when streaming)", Group.STARTUP
@@ -45,6 +44,7 @@ class Phase(StrEnum):
     DATA_FILL_STREAM = "data_fill_stream", "cache fill: read, template, tokenize, pack", Group.STARTUP
     DATA_FILL_WRITE = "data_fill_write", "cache fill: write the entry", Group.STARTUP
     TRAINER_SETUP = "trainer_setup", "trainer setup", Group.STARTUP
+    TRACKING = "tracking", "trackers start (TensorBoard, MLflow, W&B): the wait for them, opened beside the data", Group.STARTUP
     WORKER_LAUNCH = "worker_launch", "worker launch (controller, placement, worker processes)", Group.STARTUP
     WORKER_START = "worker_start", "worker start (imports, process group)", Group.STARTUP
     MODEL_LOAD = "model_load", "model load", Group.STARTUP

@@ -72,6 +72,56 @@ def test_tensorboard_is_live_and_mlflow_and_wandb_have_the_jobs_metrics_and_para
     assert [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"] == [0]
 
 
+DRIVER = """
+import json, sys, time
+from rayft_contract.spec import FineTuneSpec
+from ray_jobs.run import run
+from tests.integration.test_tracking import ray_series
+
+spec = FineTuneSpec.from_dict(json.loads(open(sys.argv[1]).read()))
+last, seen = spec.train.max_steps, {}
+
+def on_event(event):
+    # The gauges live as long as this driver does: look for the last step's at the summary, before the driver ends.
+    if event.kind == "summary":
+        deadline = time.monotonic() + 120
+        while not seen and time.monotonic() < deadline:
+            found = ray_series("ray_rayft_job_step", job_id=spec.name)
+            if found is not None and found["value"] == last:
+                seen.update(found)
+            time.sleep(1)
+
+summary = run(spec, address=sys.argv[2], on_event=on_event).summary
+print(json.dumps({"seen": seen, "phases": summary.timing.phases}))
+"""
+
+
+def test_a_driver_that_starts_off_the_cluster_exports_its_gauges(ray_cluster, tiny_spec, tmp_path):
+    """As a job through the service runs (``ray_jobs.submitted``): a process of its own that joins the cluster
+    in ``run``. Its trackers open once it is on the cluster; opened before, Ray's gauges had nowhere to go."""
+    import subprocess
+    import sys
+
+    spec = tiny_spec.replace(
+        name="tiny-own-driver",
+        train=dataclasses.replace(tiny_spec.train, max_steps=4, log_every=2, eval_every=None, checkpoint_every=4),
+    )
+    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path / "spec.json"), ray_cluster.gcs],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["seen"].get("value") == 4.0 and out["seen"]["team"].startswith("local:"), out
+    assert "tracking" in out["phases"]  # the wait for the trackers is in the phase table
+
+
 def ray_series(name: str, **tags: str) -> dict | None:
     """The sample of ``name`` whose labels include ``tags``, from the local Ray node's Prometheus export."""
     import re
