@@ -110,9 +110,9 @@ def take(
     weights, optim = strategy.state_dict(model, optimizer)
     if ray.train.get_context().get_world_rank() != 0:
         return None
-    # A copy even where the state dict is already on the CPU: there it is the live tensors, which the
-    # next optimizer step changes while the upload thread writes them.
-    states = _copied({"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict()})
+    # A copy of what is still the live tensors (a CPU model's, the optimizer's step counts), which the next
+    # optimizer step changes while the upload thread writes them; what came off a GPU is a copy already.
+    states = _copied({"model": weights, "optimizer": optim, "scheduler": scheduler.state_dict()}, live_storages(model, optimizer))
     if best is not None:
         states["best"] = best  # already a copy (ray_jobs.best.snapshot_of)
     return Pending(
@@ -170,16 +170,36 @@ class Pending:
             self.written.set()
 
 
-def _copied(value: Any) -> Any:
-    """``value`` with every tensor copied to contiguous CPU memory (nesting, keys and plain values kept)."""
+def live_storages(model: torch.nn.Module, optimizer: Any) -> set[int]:
+    """Where the model's parameters and the optimizer's state tensors live (their storages' addresses)."""
+    import torch
+
+    tensors = [*model.parameters(), *(v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v))]
+    return {_storage(t) for t in tensors}
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    """The address of ``tensor``'s storage; a DTensor's (FSDP2) is its local shard's: it has none of its own."""
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return local.untyped_storage().data_ptr()
+
+
+def _copied(value: Any, live: set[int] | None = None) -> Any:
+    """``value`` with its tensors in contiguous CPU memory of their own (nesting, keys and plain values kept):
+    each copied, or, given ``live`` (:func:`live_storages`), only those that share a live tensor's storage. On
+    the GPU the state dict's weights and moments are already fresh CPU copies (about 0.5 GB for a 7B adapter
+    with AdamW's moments), and copying them again was time on the step's path."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True).contiguous()
+        address = _storage(value)
+        if live is None or address in live or address == 0:
+            return value.detach().to("cpu", copy=True).contiguous()
+        return value.detach().to("cpu").contiguous()
     if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: _copied(v, live) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return (tuple if isinstance(value, tuple) else list)(_copied(v) for v in value)
+        return (tuple if isinstance(value, tuple) else list)(_copied(v, live) for v in value)
     return value
 
 

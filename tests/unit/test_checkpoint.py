@@ -66,11 +66,11 @@ def test_a_checkpoint_taken_then_written_later_holds_the_step_it_was_taken_at(tm
     copy taken at the step, not the live tensors the next optimizer steps change in place."""
     import torch
 
-    from ray_jobs.checkpoint import RunIdentity, TrainState, _copied, read, write
+    from ray_jobs.checkpoint import RunIdentity, TrainState, _copied, live_storages, read, write
 
     model, optimizer, scheduler = trained()
     live = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
-    taken = _copied(live)
+    taken = _copied(live, live_storages(model, optimizer))  # on the CPU every tensor here is a live one
     at_step = {k: v.clone() for k, v in model.state_dict().items()}
     moments = {k: {n: v.clone() for n, v in m.items()} for k, m in optimizer.state_dict()["state"].items()}
     for _ in range(3):  # training goes on before the write
@@ -127,3 +127,23 @@ def test_a_tampered_manifest_is_refused_not_interpreted(tmp_path):
     (tmp_path / "train_state.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointRefused, match="unknown node 'class'"):
         read(tmp_path, identity)
+
+
+def test_only_what_shares_a_live_tensor_s_storage_is_copied_again():
+    """What a GPU state dict hands over is already a CPU copy of its own: copied again, it cost the step time."""
+    import torch
+
+    from ray_jobs.checkpoint import _copied, live_storages
+
+    model, optimizer, _ = trained()
+    fresh = {name: p.detach().clone() for name, p in model.named_parameters()}  # as a GPU's state dict comes
+    view = model.state_dict()["0.weight"][:1]  # a view still reads the live weights
+    taken = _copied(
+        {"fresh": fresh, "view": view, "steps": [s["step"] for s in optimizer.state.values()]}, live_storages(model, optimizer)
+    )
+
+    assert all(taken["fresh"][name].data_ptr() == t.data_ptr() for name, t in fresh.items())  # not copied again
+    assert taken["view"].untyped_storage().data_ptr() != view.untyped_storage().data_ptr()
+    assert torch.equal(taken["view"], view)
+    for copied, step in zip(taken["steps"], (s["step"] for s in optimizer.state.values())):
+        assert copied.untyped_storage().data_ptr() != step.untyped_storage().data_ptr() and torch.equal(copied, step)
