@@ -73,8 +73,9 @@ def keep_compiled_kernels(root: str | None = None) -> str | None:
 
     Flex attention compiles its kernels in a job's first steps. On the 7B preset on an H200 (``bench/RESULTS.md``) a
     node whose cache already held them started 34 s sooner (time to first step 91 -> 57 s, step 2 34.5 -> 6.1 s).
-    torch's default, ``/tmp/torchinductor_$USER``, is lost with a node's pod; the rayft cache sits on the node's
-    volume. Only rayft's own job code writes there (a team's spec only names what is compiled, never the code), and
+    torch's default, ``/tmp/torchinductor_$USER``, shares the node's scratch space; the rayft cache is where the
+    operator keeps and sizes the node's caches (the cache volume on Kubernetes, ``k8s/``), and it lasts as long as
+    that does. Only rayft's own job code writes there (a team's spec only names what is compiled, never the code), and
     torch keys each kernel by the graph and its inputs' shapes, so one job's kernels are another's hits."""
     import os
 

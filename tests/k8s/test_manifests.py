@@ -341,6 +341,21 @@ def test_each_team_has_its_own_storage_credentials_on_the_ray_nodes():
             assert "envFrom" not in container  # no keys shared by every team's jobs
 
 
+@pytest.mark.parametrize("path", ["overlays/dev", "overlays/prod", "jobs/finetune"])
+def test_every_cache_of_a_ray_pod_is_on_its_cache_volume_not_on_tmp(path):
+    """rayft's caches (datasets, models, compiled kernels), the hub's and Triton's: unset, RAYFT_CACHE_DIR falls
+    back to ~/.cache/rayft, which is /tmp here (HOME), a smaller volume than the one sized for caches."""
+    for doc in rendered(path):
+        if doc["kind"] not in KUBERAY:
+            continue
+        for where, pod in pod_templates(doc):
+            for container in pod["containers"]:
+                cache = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "cache")
+                env = env_of(container)
+                for name in ("RAYFT_CACHE_DIR", "HF_HOME", "TRITON_CACHE_DIR"):
+                    assert (env.get(name) or "").startswith(cache + "/"), f"{path} {where}: {name}={env.get(name)}"
+
+
 # -- monitoring --------------------------------------------------------------------------------------
 
 
