@@ -10,6 +10,7 @@ quantized base is loaded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -92,28 +93,62 @@ def keep_compiled_kernels(root: str | None = None) -> str | None:
 
 
 def load_base(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> torch.nn.Module:
-    """The frozen base model, placed on ``device``, with the KV cache off (training); torch's compile cache in the
-    node's rayft cache (:func:`keep_compiled_kernels`)."""
+    """The frozen base model, placed on ``device``, with the KV cache off (training)."""
+    return load_base_from(spec, device, strategy).model
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedBase:
+    model: torch.nn.Module
+    quantized: str = ""
+    """How a quantized base came to be (the summary's line): ``quantized``; ``read quantized from the node's cache``;
+    ``quantized, then kept in the node's cache`` (``quantization.cache``, :mod:`ray_jobs.quantized_cache`). Empty for
+    a base that is not quantized."""
+
+
+def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase:
+    """:func:`load_base`, saying how the quantized base came to be; torch's compile cache in the node's rayft cache
+    (:func:`keep_compiled_kernels`)."""
     from transformers import AutoModelForCausalLM
 
-    keep_compiled_kernels()
+    from ray_jobs import quantized_cache
+    from ray_jobs.model_cache import fetch_model
 
+    keep_compiled_kernels()
     kwargs: dict[str, Any] = {
         "dtype": torch_dtype(spec.model.dtype),
         "attn_implementation": attention_for(spec, device.type),
-        "revision": spec.model.revision,
         "device_map": {"": device},
     }
-    quant = quantization_config(spec, strategy)
-    if quant is not None:
-        kwargs["quantization_config"] = quant
-    from ray_jobs.model_cache import fetch_model
-
     # Each worker fetches on its own node (once per node); the driver counted the job's hit.
     local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
-    model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
+    quant = quantization_config(spec, strategy)
+    settings = cacheable_quantization(spec, quant)
+    if settings is not None and (kept := quantized_cache.lookup(local, settings)) is not None:
+        model = AutoModelForCausalLM.from_pretrained(kept, use_safetensors=True, **kwargs)  # quantized as saved
+        model.config.use_cache = False
+        return LoadedBase(model, "read quantized from the node's cache")
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+    model = AutoModelForCausalLM.from_pretrained(local, revision=spec.model.revision, **kwargs)
     model.config.use_cache = False
-    return model
+    if quant is None:
+        return LoadedBase(model)
+    if settings is not None and quantized_cache.store(model, local, settings) is not None:
+        return LoadedBase(model, "quantized, then kept in the node's cache")
+    return LoadedBase(model, "quantized")
+
+
+def cacheable_quantization(spec: FineTuneSpec, quant: Any) -> dict[str, Any] | None:
+    """What keys a quantized base in the node's cache, or ``None`` where it is not kept: ``quantization.cache`` off,
+    a base not in NF4, or 4-bit weights stored in another dtype than bytes (FSDP shards them in the compute dtype)."""
+    import torch
+
+    if not spec.quantization.cache or quant is None or spec.quantization.mode != "nf4":
+        return None
+    if quant.bnb_4bit_quant_storage != torch.uint8:
+        return None
+    return {"mode": "nf4", "double_quant": spec.quantization.double_quant, "compute_dtype": spec.model.dtype}
 
 
 def apply_lora(model: torch.nn.Module, spec: FineTuneSpec) -> torch.nn.Module:

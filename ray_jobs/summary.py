@@ -62,6 +62,7 @@ def summarize(
         quantized_layers=facts.quantized_layers if facts else None,
         kernels=facts.kernels if facts else None,
         attention=facts.attention or None if facts else None,
+        quantized_base=facts.quantized_base or None if facts else None,
         micro_batch=facts.micro_batch if facts else None,
         restarts=restarts,
         reported_steps=tuple(r.step for r in trained),

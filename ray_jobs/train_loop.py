@@ -28,7 +28,7 @@ from ray_jobs.data_order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.memory import MicroBatches, fit_plan, free_step
 from ray_jobs.metrics import StepMeter
-from ray_jobs.model import apply_lora, autocast, checkpoint_activations, compile_layers, count_parameters, load_base
+from ray_jobs.model import apply_lora, autocast, checkpoint_activations, compile_layers, count_parameters, load_base_from
 from ray_jobs.packing import shape_multiple
 from ray_jobs.profile import model_shape, peak_flops
 from ray_jobs.samples import Answers
@@ -131,7 +131,7 @@ class _Loop:
         strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
         cfg.chaos.cap_gpu_memory(device)
         with _timed(setup, "model_load_s"):
-            base = load_base(spec, device, strategy)
+            base = (loaded := load_base_from(spec, device, strategy)).model
             fused = kernels.choose(spec, device.type, base.config.model_type)
             kernels.apply(base, fused)  # before LoRA: Liger patches the base's own modules
             model = apply_lora(base, spec)
@@ -166,6 +166,7 @@ class _Loop:
             peak_flops=peak_flops(device),
             kernels=kernels.describe(fused, spec, compiled),
             attention=base.config._attn_implementation,
+            quantized_base=loaded.quantized,
             micro_batch=micro.describe(),
             **strategies.describe(model, strategy),
         )

@@ -136,6 +136,8 @@ class RunFacts(Record):
     add when they are on."""
     attention: str = ""
     """The attention kernel the worker loaded the model with (``model.attn_implementation``, ``auto`` resolved)."""
+    quantized_base: str = ""
+    """How the quantized base came to be: quantized, or read from the node's cache (``quantization.cache``)."""
     micro_batch: str = ""
     """The micro-batch trained with, and why if it is not the spec's (``ray_jobs.memory``)."""
 
@@ -476,6 +478,7 @@ class JobSummary(Record):
     quantized_layers: int | None = None
     kernels: str | None = None
     attention: str | None = None
+    quantized_base: str | None = None
     micro_batch: str | None = None
     restarts: int = 0
     reported_steps: tuple[int, ...] = ()

@@ -32,6 +32,7 @@ INVALID = [
     ("lora", "fused", "yes", "lora.fused"),
     ("quantization", "mode", "fp4", "quantization.mode"),
     ("quantization", "double_quant", "yes", "quantization.double_quant"),
+    ("quantization", "cache", "yes", "quantization.cache"),
     ("lora", "r", 0, "lora.r"),
     ("lora", "alpha", -1, "lora.alpha"),
     ("lora", "dropout", 1.0, "lora.dropout"),
