@@ -119,7 +119,8 @@ class QuantizationSpec:
     cache: bool = False
     """Keep the NF4 base, once quantized, in the node's model cache (``$RAYFT_CACHE_DIR/models``), so that a later job
     with the same base and settings reads it instead of quantizing again (``ray_jobs.quantized_cache``; 3.9 GB for a
-    7B base). Exact on CPU (the same tensors and logits); not yet measured on a GPU, hence off. Not under FSDP."""
+    7B base, written by the first job before its first step). Exact on CPU (the same tensors and logits); not yet
+    measured on a GPU, hence off. Not under FSDP."""
 
     def __post_init__(self) -> None:
         modes = typing.get_args(QuantMode)
