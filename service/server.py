@@ -127,6 +127,19 @@ class TeamServicer(pb_grpc.FineTuningServicer):
         job = await self._job(request.job_id, team, context)  # after the quotas: a refusal costs no store read
         self.streams[team] += 1
         self.metrics.streams.labels(team).inc()
+        released = False
+
+        def release(_: object = None) -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.streams[team] -= 1
+                self.metrics.streams.labels(team).dec()
+
+        # When the RPC ends, not when this generator is closed: a stream cancelled while an event was being sent
+        # leaves the generator suspended at its yield, closed only once the garbage collector frees the cancelled
+        # task's traceback; until then the stream held its team's place (a CI run waited 30 s for it in vain).
+        context.add_done_callback(release)
         opened = time.time()
         try:
             async for event in self.events.follow(job.id, request.after_seq):
@@ -134,8 +147,7 @@ class TeamServicer(pb_grpc.FineTuningServicer):
                     self.metrics.stream_lag.observe(max(time.time() - event.time, 0.0))
                 yield self._event_proto(event)
         finally:  # ended, cancelled by the client, or cut off by shutdown
-            self.streams[team] -= 1
-            self.metrics.streams.labels(team).dec()
+            release()
 
 
 class FineTuningServicer(TeamServicer):
