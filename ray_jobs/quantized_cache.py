@@ -53,6 +53,7 @@ def lookup(model_dir: str, settings: dict[str, Any], root: str | None = None) ->
     meta = cache.manifest(entry)
     if meta is None:
         return None
+    cache.record_hit(entry)  # its last use, which `rayft cache prune` keeps the most recent by
     return cache.payload_of(entry, meta).path
 
 

@@ -58,6 +58,7 @@ def test_the_second_load_reads_the_quantized_base_the_first_kept_and_it_is_the_s
     assert type(second.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
     (entry,) = [e for e in cache.list_entries(str(own_root)) if e.key.startswith("nf4-")]
     assert entry.complete and entry.kind == "models" and "quantized base" in entry.description
+    assert entry.hits == 1  # the read counts as a use, so pruning by last use keeps a base in use
     assert not list(Path(entry.uri).rglob("*.bin")) and not list(Path(entry.uri).rglob("*.pt"))  # safetensors only
 
 
