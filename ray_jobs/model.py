@@ -81,14 +81,15 @@ def keep_compiled_kernels(root: str | None = None) -> str | None:
     import os
 
     from ray_jobs import cache
+    from ray_jobs.storage import location
 
     chosen = os.environ.get(COMPILE_CACHE_ENV)
     if chosen:
         return chosen
-    root = root or cache.default_root()
-    if "://" in root:
+    here = location(root or cache.default_root())
+    if not here.is_local:
         return None
-    os.environ[COMPILE_CACHE_ENV] = os.path.join(root, "compile")
+    os.environ[COMPILE_CACHE_ENV] = here.child("compile").path
     return os.environ[COMPILE_CACHE_ENV]
 
 
@@ -124,19 +125,18 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy)
     local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
     quant = quantization_config(spec, strategy)
     settings = cacheable_quantization(spec, quant)
-    if settings is not None and (kept := quantized_cache.lookup(local, settings)) is not None:
-        model = AutoModelForCausalLM.from_pretrained(kept, use_safetensors=True, **kwargs)  # quantized as saved
-        model.config.use_cache = False
-        return LoadedBase(model, "read quantized from the node's cache")
-    if quant is not None:
-        kwargs["quantization_config"] = quant
-    model = AutoModelForCausalLM.from_pretrained(local, revision=spec.model.revision, **kwargs)
+    kept = quantized_cache.lookup(local, settings) if settings is not None else None
+    if kept is not None:  # quantized as saved: its config.json holds the quantization; safetensors only
+        model = AutoModelForCausalLM.from_pretrained(kept, use_safetensors=True, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(local, revision=spec.model.revision, quantization_config=quant, **kwargs)
     model.config.use_cache = False
+    if kept is not None:
+        return LoadedBase(model, "read quantized from the node's cache")
     if quant is None:
         return LoadedBase(model)
-    if settings is not None and quantized_cache.store(model, local, settings) is not None:
-        return LoadedBase(model, "quantized, then kept in the node's cache")
-    return LoadedBase(model, "quantized")
+    stored = settings is not None and quantized_cache.store(model, local, settings) is not None
+    return LoadedBase(model, "quantized, then kept in the node's cache" if stored else "quantized")
 
 
 def cacheable_quantization(spec: FineTuneSpec, quant: Any) -> dict[str, Any] | None:

@@ -30,6 +30,8 @@ from ray_jobs import cache
 if TYPE_CHECKING:
     import torch
 
+    from ray_jobs.storage import Location
+
 log = logging.getLogger(__name__)
 
 KIND = "models"
@@ -44,14 +46,17 @@ def key(model_dir: str, settings: dict[str, Any]) -> str:
     return "nf4-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def _entry(model_dir: str, settings: dict[str, Any], root: str | None) -> Location | None:
+    """The cache entry of this base and settings, or ``None`` where the cache root is not on this node's disk."""
+    entry = cache.entry(root or cache.default_root(), KIND, key(model_dir, settings))
+    return entry if entry.is_local else None
+
+
 def lookup(model_dir: str, settings: dict[str, Any], root: str | None = None) -> str | None:
     """The local directory of the quantized base, or ``None`` (not kept yet, or the cache root is not local)."""
-    root = root or cache.default_root()
-    if "://" in root:
-        return None
-    entry = cache.entry(root, KIND, key(model_dir, settings))
-    meta = cache.manifest(entry)
-    if meta is None:
+    entry = _entry(model_dir, settings, root)
+    meta = cache.manifest(entry) if entry is not None else None
+    if entry is None or meta is None:
         return None
     cache.record_hit(entry)  # its last use, which `rayft cache prune` keeps the most recent by
     return cache.payload_of(entry, meta).path
@@ -60,10 +65,9 @@ def lookup(model_dir: str, settings: dict[str, Any], root: str | None = None) ->
 def store(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root: str | None = None) -> str | None:
     """Save the just-quantized ``model`` as the entry (before LoRA wraps it); the directory that won, or ``None``
     where the cache root is not local. Two workers of one node storing at once both succeed; one payload stays."""
-    root = root or cache.default_root()
-    if "://" in root:
+    entry = _entry(model_dir, settings, root)
+    if entry is None:
         return None
-    entry = cache.entry(root, KIND, key(model_dir, settings))
     entry.fs.create_dir(entry.path, recursive=True)
     payload = cache.new_payload(entry)
     try:
