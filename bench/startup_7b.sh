@@ -9,6 +9,9 @@
 # With DUMPS=1, py-spy samples the Ray Train processes' and the driver's stacks every half second during
 # the second run of the last tree ($OUT/startup_dumps.txt): where start-up and export go, frame by frame.
 # IMPORTS=1 first writes `python3 -X importtime` of what a training worker imports ($OUT/importtime.txt).
+# WARM="0 0 1 1": the warm pool per run (RAYFT_WARM_WORKERS, ray_jobs/warm_pool.py), one word per run (RUNS follows
+# it). After a run with the pool on, the script waits until the pool holds a worker whose imports are done (not
+# timed: a team's next run comes minutes later), so the next run with it on takes that worker.
 #
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: DUMPS=1 bash bench/startup_7b.sh        (about 5 minutes)
@@ -17,6 +20,7 @@ source .gpu/env.sh
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled RAY_TRAIN_V2_ENABLED=1 RAY_worker_niceness=0
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-3}; RUNS=${RUNS:-3}; TREES=${TREES:-new:.}
+read -r -a warm <<< "${WARM:-}"; [ ${#warm[@]} -gt 0 ] && RUNS=${#warm[@]}
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
 root=$PWD
@@ -53,13 +57,17 @@ for entry in $TREES; do
       dumper=$!
     fi
     SECONDS=0
-    (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH python3 -m rayft train "$PRESET" --address auto --overwrite \
+    (cd "$tree" && RAYFT_WARM_WORKERS=${warm[$((run - 1))]:-0} PYTHONPATH=$tree:$PYTHONPATH python3 -m rayft train "$PRESET" --address auto --overwrite \
       --set name="$name" --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
       --set train.max_steps="$STEPS" --set train.log_every=1 --set train.eval_every=null \
       --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" > "$OUT/$name.log" 2>&1) || echo "$name FAILED"
     echo "$name: rayft train wall ${SECONDS} s" | tee -a "$OUT/startup.log"
     [ -n "${dumper:-}" ] && { kill "$dumper" 2>/dev/null || true; unset dumper; }
     cp "/tmp/runs/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null || tail -30 "$OUT/$name.log"
+    if [ "${warm[$((run - 1))]:-0}" != 0 ]; then
+      SECONDS=0; PYTHONPATH=$tree:$PYTHONPATH python3 bench/warm_ready.py 2>&1 | tail -1 | tee -a "$OUT/startup.log"
+      echo "$name: the pool's worker ready ${SECONDS} s after the run" | tee -a "$OUT/startup.log"
+    fi
   done
 done
 
@@ -82,4 +90,5 @@ rows = {
 for label, values in rows.items():
     print(f"{label:52s}" + "".join(f"{v:{width}.1f}" for v in values))
 print(f"{'dataset cache':52s}" + "".join(f"{('hit' if s.get('caches', {}).get('dataset', {}).get('hit') else 'miss'):>{width}s}" for s in summaries))
+print(f"{'worker':52s}" + "".join(f"{('warm' if (s.get('worker') or '').startswith('warm') else 'Ray Train'):>{width}s}" for s in summaries))
 PY

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 FORMAT = 2
 """1 was a pickled ``train_state.pt``; it is no longer read."""
+MANIFEST = "train_state.json"
+"""Written last: a checkpoint directory without it is not whole."""
 
 
 class CheckpointRefused(RuntimeError):
@@ -98,17 +100,17 @@ def take(
 
     Only the copy happens here, on the step's path: the trainable weights, optimizer and scheduler state
     onto the CPU (a 7B adapter with AdamW's moments is about 0.5 GB). The files are written, and copied
-    to the run's storage, by :meth:`Pending.upload` on Ray Train's upload thread while training goes on
-    (``ray.train.report(checkpoint_upload_mode=ASYNC)``): on an H200 the write and the copy cost the
+    to the run's storage, by :meth:`Pending.upload` on an upload thread while training goes on
+    (``ray.train.report(checkpoint_upload_mode=ASYNC)`` under Ray Train): on an H200 the write and the copy cost the
     step they were taken at 1.3-2.0 s.
 
     ``best``: the trainable weights of an earlier step with a lower eval loss (rank 0's copy), saved beside the
     current ones (``best_adapter/``, and in the train state for a resume). ``before_persist(step)``: called on
     the upload thread once the files are written (``Chaos.checkpoint_write``: a slow or failing store)."""
-    import ray.train
+    from ray_jobs import session
 
     weights, optim = strategy.state_dict(model, optimizer)
-    if ray.train.get_context().get_world_rank() != 0:
+    if session.current().rank != 0:
         return None
     # A copy of what is still the live tensors (a CPU model's, the optimizer's step counts), which the next
     # optimizer step changes while the upload thread writes them; what came off a GPU is a copy already.
@@ -141,21 +143,22 @@ class Pending:
     """Set once :meth:`upload` is over, written or failed: the loop waits on it before its next report."""
 
     def report(self, metrics: dict[str, Any]) -> threading.Event:
-        """``ray.train.report`` of ``metrics`` with this checkpoint, ASYNC: it returns at once, :meth:`upload`
-        runs on Ray Train's upload thread, and the report (``checkpoint: true``) goes out once the files are
-        persisted; Ray Train keeps later reports behind it. Returns :attr:`written`."""
+        """A report of ``metrics`` with this checkpoint (``ray.train.report``, ASYNC, under Ray Train): it returns
+        at once, :meth:`upload` runs on an upload thread, and the report (``checkpoint: true``) goes out once the
+        files are persisted; later reports wait behind it. Returns :attr:`written`."""
         import ray.train
 
-        mode = ray.train.CheckpointUploadMode.ASYNC
+        from ray_jobs import session
+
         checkpoint = ray.train.Checkpoint.from_directory(str(self.directory))
-        ray.train.report(metrics, checkpoint, checkpoint_upload_mode=mode, checkpoint_upload_fn=self.upload)
+        session.current().report_checkpoint(metrics, checkpoint, self.upload)
         return self.written
 
     def upload(self, checkpoint: ray.train.Checkpoint, dir_name: str) -> ray.train.Checkpoint:
-        """``ray.train.report``'s ``checkpoint_upload_fn``, on its upload thread: write the files, then copy
-        them where Ray Train's own upload would (the run's storage). A failure here fails the worker, and
-        Ray Train restarts from the checkpoint before this one."""
-        import ray.train
+        """The report's upload, on its own thread: write the files, then copy them to the run's storage
+        (``ray_jobs.session``: where Ray Train's own upload would, or a warm worker's folder). A failure here
+        fails the worker, and the job resumes from the checkpoint before this one."""
+        from ray_jobs import session
 
         try:
             self.adapter.save_pretrained(self.directory / "adapter", state_dict=self.states["model"])
@@ -164,7 +167,7 @@ class Pending:
             write(self.directory, self.states, self.state, self.identity)
             if self.before_persist is not None:
                 self.before_persist(self.state.step)
-            return ray.train.get_context().get_storage().persist_current_checkpoint(checkpoint, dir_name)
+            return session.current().persist(checkpoint, dir_name)
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)  # our own temporary directory
             self.written.set()
@@ -243,7 +246,7 @@ def write(directory: Path, states: dict[str, Any], state: TrainState, identity: 
     skeleton = _pack(states, tensors)
     save_file(tensors, str(directory / "train_state.safetensors"))
     manifest = {"format": FORMAT, **dataclasses.asdict(identity), "state": dataclasses.asdict(state), "states": skeleton}
-    (directory / "train_state.json").write_text(json.dumps(manifest))
+    (directory / MANIFEST).write_text(json.dumps(manifest))
 
 
 def read(directory: Path, identity: RunIdentity) -> tuple[dict[str, Any], TrainState]:
@@ -264,7 +267,7 @@ def read(directory: Path, identity: RunIdentity) -> tuple[dict[str, Any], TrainS
 
 def _manifest(directory: Path) -> dict[str, Any]:
     """``train_state.json``, if it is a rayft manifest of this format; raises ``CheckpointRefused``."""
-    path = directory / "train_state.json"
+    path = directory / MANIFEST
     if not path.is_file():
         raise CheckpointRefused(f"checkpoint {directory}: no train_state.json (not a rayft checkpoint of format {FORMAT})")
     try:

@@ -35,10 +35,11 @@ class ForwardReports(UserCallback):
         self.queue.put(Event("failure", Failure(errors).to_dict()))
 
 
-def fit_while_forwarding(trainer: Any, queue: Any, sink: Callable[[Event], None]) -> Any:
-    """``trainer.fit()`` in a thread while this one forwards the controller's events."""
+def fit_while_forwarding(fit: Callable[[], Fitted], queue: Any, sink: Callable[[Event], None]) -> Fitted:
+    """``fit()`` (:func:`fit_trainer`, or a warm worker's, ``ray_jobs.warm_pool``) in a thread while this one
+    forwards the events it puts on ``queue``."""
     box: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
+    thread = threading.Thread(target=lambda: box.update(result=fit()), daemon=True)
     thread.start()
     from ray.util.queue import Empty
 
@@ -51,16 +52,16 @@ def fit_while_forwarding(trainer: Any, queue: Any, sink: Callable[[Event], None]
     return box["result"]
 
 
-def _fit(trainer: Any) -> Any:
+def fit_trainer(trainer: Any) -> Fitted:
     try:
         result = trainer.fit()
-        return _Fitted(result.error, result.checkpoint)
+        return Fitted(result.error, result.checkpoint)
     except Exception as exc:  # TrainingFailedError etc.: re-raised on the caller's thread
-        return _Fitted(exc)
+        return Fitted(exc)
 
 
 @dataclasses.dataclass
-class _Fitted:
+class Fitted:
     error: Exception | None
     checkpoint: Any = None
     end: float = dataclasses.field(default_factory=time.time)

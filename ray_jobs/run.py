@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -132,9 +133,11 @@ class _Job:
             import ray
             from ray.util.queue import Queue
 
+            from ray_jobs import warm_pool
             from ray_jobs.dataset_cache import prepare
             from ray_jobs.events import fit_while_forwarding
             from ray_jobs.model_cache import fetch_model
+            from ray_jobs.session import latest_in
             from ray_jobs.train_loop import LoopConfig
 
         # After connect: Ray's gauges need the driver on the cluster (before it, a job through the service exported
@@ -162,7 +165,12 @@ class _Job:
 
         with profile.phase("trainer_setup"):
             queue = Queue()
-            trainer = _trainer(spec, loop, prepared.datasets, self.run_dir, queue, self.identity.owner)
+            run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
+            checkpoints = run_folder.child("warm")
+            loop = dataclasses.replace(loop, resume_from=latest_in(checkpoints))  # a relaunch of a warm worker's job
+            ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
+            lease = warm_pool.take(spec, queue, fits=not ray_train_began)  # Ray Train resumes what it began
+            on_ray_train = functools.partial(_fit, spec, datasets=prepared.datasets, run_dir=self.run_dir, queue=queue)
         with profile.phase("tracking"):  # what is left of their start
             self.trackers, self.opening = self.opening.result(), None
         emit(Event("phase", JobPhase("training", prepared.cache.describe(), total_steps).to_dict()))
@@ -171,7 +179,8 @@ class _Job:
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
             profile.fit_start = time.time()
-            result = fit_while_forwarding(trainer, queue, self.record)
+            fit = functools.partial(warm_pool.fit, lease, loop, prepared.datasets, checkpoints, queue, on_ray_train)
+            result = fit_while_forwarding(fit, queue, self.record)
             profile.fit_end = result.end
         emit(Event("phase", JobPhase("export").to_dict()))
         with profile.phase("export"):
@@ -268,7 +277,8 @@ def train_run_name(spec: FineTuneSpec, owner: str) -> str:
     return f"{owner}.{spec.name}.{job_id}" if job_id else spec.name
 
 
-def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: storage.Location, queue: Any, owner: str) -> Any:
+def _fit(spec: FineTuneSpec, loop: Any, failures: int, *, datasets: dict[str, Any], run_dir: storage.Location, queue: Any) -> Any:
+    """Fit ``loop`` on Ray Train (``ray_jobs.events.Fitted``), Ray Train restarting it up to ``failures`` times."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -276,10 +286,10 @@ def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: s
     # Train's state tracking on (off by default in 2.60): one detached actor, no CPU.
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
 
-    from ray_jobs.events import ForwardReports
+    from ray_jobs.events import ForwardReports, fit_trainer
     from ray_jobs.train_loop import train_loop_per_worker
 
-    return TorchTrainer(
+    trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"loop": loop},
         scaling_config=ScalingConfig(
@@ -290,15 +300,16 @@ def _trainer(spec: FineTuneSpec, loop: Any, datasets: dict[str, Any], run_dir: s
         run_config=RunConfig(
             # The Train run's name in the Ray dashboard (every run was "ray" before); also the storage folder
             # a re-run resumes from. The dashboard links it to its Ray job, whose metadata has the rest.
-            name=train_run_name(spec, owner),
+            name=train_run_name(spec, loop.identity.owner),
             storage_path=run_dir.path,
             storage_filesystem=run_dir.fs,
             callbacks=[ForwardReports(queue)],
-            failure_config=FailureConfig(max_failures=spec.train.max_failures),
+            failure_config=FailureConfig(max_failures=failures),  # train.max_failures, less a warm worker's failure
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets,
     )
+    return fit_trainer(trainer)
 
 
 def _claim_run_dir(run_dir: storage.Location, overwrite: bool) -> None:

@@ -54,6 +54,29 @@ class Location:
         self.fs.create_dir(self.path if local.is_dir() else self.path.rsplit("/", 1)[0], recursive=True)
         pafs.copy_files(str(local), self.path, destination_filesystem=self.fs)
 
+    def upload_tree(self, local: str | Path, last: str) -> None:
+        """Copy a local directory's files under this location, the file named ``last`` after all the others:
+        where it is, the copy is whole (a reader checks for it)."""
+        import pyarrow.fs as pafs
+
+        local = Path(local)
+        self.fs.create_dir(self.path, recursive=True)
+        for item in sorted(local.iterdir()):
+            if item.name != last:
+                target = self.child(item.name)
+                self.fs.create_dir(target.path if item.is_dir() else self.path, recursive=True)
+                pafs.copy_files(str(item), target.path, destination_filesystem=self.fs)
+        pafs.copy_files(str(local / last), self.child(last).path, destination_filesystem=self.fs)
+
+    def list_dirs(self) -> list[str]:
+        """The names of the directories right under this location (none when it does not exist)."""
+        import pyarrow.fs as pafs
+
+        if not self.exists():
+            return []
+        found = self.fs.get_file_info(pafs.FileSelector(self.path))
+        return sorted(info.base_name for info in found if info.type == pafs.FileType.Directory)
+
     def delete(self) -> None:
         if self.exists():
             self.fs.delete_dir(self.path)

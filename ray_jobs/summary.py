@@ -64,6 +64,7 @@ def summarize(
         attention=facts.attention or None if facts else None,
         quantized_base=facts.quantized_base or None if facts else None,
         micro_batch=facts.micro_batch if facts else None,
+        worker=facts.worker or None if facts else None,
         restarts=restarts,
         reported_steps=tuple(r.step for r in trained),
         timing=Timing(profile.breakdown(wall), profile.warmup_steps()),

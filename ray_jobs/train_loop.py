@@ -1,11 +1,11 @@
-"""The per-worker training loop that Ray Train runs on every worker.
+"""The per-worker training loop that Ray Train runs on every worker (or a warm worker alone, ``ray_jobs.warm_pool``).
 
 Reads top to bottom: set up (model, LoRA, the strategy, optimizer, schedule, resume), then steps, each
 its math (:meth:`_Loop.step`) and its tail (:meth:`_Loop.tail`).
 One step = ``grad_accum_steps`` micro-batches from this worker's Ray Data shard, a loss averaged
 over the real (label) tokens of all workers, one optimizer step. Every ``log_every`` steps the loop
 reports metrics, every ``eval_every`` it evaluates, every ``checkpoint_every`` it checkpoints; all
-ranks take the same decisions, so all call ``ray.train.report`` the same number of times.
+ranks take the same decisions, so all report the same number of times (``ray_jobs.session``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ray_jobs import checkpoint, kernels
+from ray_jobs import checkpoint, kernels, session
 from ray_jobs import strategy as strategies
 from ray_jobs.best import Best, snapshot_of
 from ray_jobs.chaos import NO_CHAOS, Chaos
@@ -58,6 +58,9 @@ class LoopConfig:
     """Cache mode: the eval split's files, read directly by the workers that can (``ray_jobs.evaluation``)."""
     chaos: Chaos = NO_CHAOS
     """Test hooks: injected failures and the slowdowns the diagnosis must name (``ray_jobs.chaos``)."""
+    resume_from: Any = None
+    """A checkpoint a warm worker wrote (``ray_jobs.session.latest_in``): resumed from unless the runner has a
+    later one of its own."""
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -74,8 +77,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 @dataclasses.dataclass
 class _Loop:
-    """One worker's training state between steps. Every rank takes the same decisions, so all call
-    ``ray.train.report`` the same number of times."""
+    """One worker's training state between steps. Every rank takes the same decisions, so all report the same
+    number of times."""
 
     cfg: LoopConfig
     rank: int
@@ -109,14 +112,11 @@ class _Loop:
         """Model, kernels, LoRA, the strategy's wrapping, optimizer, schedule and the resume, timed from
         ``started``, when the training function began."""
         import psutil
-        import ray.train
-        import ray.train.torch
         import torch
 
-        spec, train = cfg.spec, cfg.spec.train
-        ctx = ray.train.get_context()
-        rank, world = ctx.get_world_rank(), ctx.get_world_size()
-        device = ray.train.torch.get_device()
+        spec, train, runner = cfg.spec, cfg.spec.train, session.current()  # Ray Train's worker, or a warm one
+        rank, world = runner.rank, runner.world
+        device = runner.device()
         torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and newer
         setup: dict[str, float] = {"worker_start_ts": started, "process_start_ts": psutil.Process().create_time()}
         # The data's position is the checkpoint's JSON (the weights are checked and restored below). A cache
@@ -124,9 +124,9 @@ class _Loop:
         # streaming starts at step 1. Pulling the first batch through Ray Data on a thread instead took step
         # 1's data wait from 1.5-2.3 s to 0 in the 2-core demo, but the worker's Ray Data threads then slowed
         # the first steps enough for the healthy-run diagnosis test to report warm-up.
-        resumed = ray.train.get_checkpoint()
+        resumed = runner.resumed(cfg.resume_from)
         state = checkpoint.state_of(resumed) if resumed else TrainState()
-        shard = ray.train.get_dataset_shard("train") if cfg.order is None else None
+        shard = runner.shard("train") if cfg.order is None else None
         batches = micro_batches(spec, cfg.order, shard, state, device, rank, world)
         strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
         cfg.chaos.cap_gpu_memory(device)
@@ -155,7 +155,7 @@ class _Loop:
                     best.weights = snapshot()
         log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
         width = shape_multiple(base.config._attn_implementation, spec.data.max_seq_len)
-        held_out = ray.train.get_dataset_shard("eval") if cfg.has_eval else None
+        held_out = runner.shard("eval") if cfg.has_eval else None
         eval_batches = held_out and EvalBatches(held_out, train.micro_batch_size, cfg.eval_split, rank, world, width)
         micro = MicroBatches(train.micro_batch_size, world)
         micro.follow(chosen)
@@ -168,6 +168,7 @@ class _Loop:
             attention=base.config._attn_implementation,
             quantized_base=loaded.quantized,
             micro_batch=micro.describe(),
+            worker=runner.describe(),
             **strategies.describe(model, strategy),
         )
         model.train()
@@ -184,8 +185,6 @@ class _Loop:
     def baseline(self) -> None:
         """A fresh run's eval loss before any training: what the run is judged against."""
         if self.cfg.has_eval and self.state.step == 0:
-            import ray.train
-
             with _timed(self.setup, "first_eval_s"):
                 result = evaluate(self.model, self.eval_batches, self.cfg.spec, self.device)
                 report = Progress(
@@ -196,7 +195,7 @@ class _Loop:
                     facts=self.facts,
                     eval_samples=self.answers.take(),
                 )
-                ray.train.report(report.to_dict())
+                session.current().report(report.to_dict())
         self.setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
         self.meter = StepMeter(self.device)
         self.trace = StepTrace.from_env(self.rank, self.cfg.spec.run_dir)  # torch.profiler on a window of steps, if asked
@@ -240,8 +239,6 @@ class _Loop:
 
     def tail(self, loss: float, counts: Any) -> None:
         """After a step: evaluate, checkpoint and report when they are due, then close the step's record."""
-        import ray.train
-
         cfg, train, state, meter = self.cfg, self.cfg.spec.train, self.state, self.meter
         at_end = state.step == cfg.total_steps
         found: dict[str, Any] = {}
@@ -287,7 +284,7 @@ class _Loop:
                     **meter.window(),
                 )
                 if ckpt is None:  # SYNC: returns once the controller took the previous report; a crash loses this one
-                    ray.train.report(progress.to_dict())
+                    session.current().report(progress.to_dict())
                 else:  # ASYNC (checkpoint.Pending.report): the next report or checkpoint waits for the write
                     self.writing = ckpt.report(progress.to_dict())
         with meter.phase("profiler"):
@@ -298,11 +295,9 @@ class _Loop:
 
     def close(self) -> None:
         """The last step's record (its report included) goes out with one closing report on every rank."""
-        import ray.train
-
         getattr(self.batches, "close", lambda: None)()  # the cache reader's thread ends with it (WindowReader)
         last = Progress(self.state.step, self.cfg.total_steps, final=True, worker_end_ts=time.time(), **self.meter.window())
-        ray.train.report(last.to_dict())
+        session.current().report(last.to_dict())
         self.trace.finish()
 
     def _await_write(self) -> None:

@@ -197,6 +197,8 @@ def _cache_rows(summary: JobSummary) -> list[tuple[str, str]]:
         rows.append(("model", f"{model.source}: {model.bytes_downloaded:,} bytes downloaded{identity}"))
     if summary.quantized_base:
         rows.append(("quantized base", summary.quantized_base))
+    if summary.worker:
+        rows.append(("worker", summary.worker))
     if quality := summary.data_quality:
         kinds = ", ".join(f"{n} {k}" for k, n in quality.bad_by_kind.items()) or "none"
         rows.append(("bad rows skipped", f"{quality.bad_rows:,} of {quality.rows:,} ({kinds}); {quality.truncated:,} truncated"))

@@ -140,6 +140,8 @@ class RunFacts(Record):
     """How the quantized base came to be: quantized, or read from the node's cache (``quantization.cache``)."""
     micro_batch: str = ""
     """The micro-batch trained with, and why if it is not the spec's (``ray_jobs.memory``)."""
+    worker: str = ""
+    """Which worker trained: Ray Train's, started for the job, or a warm one (``ray_jobs.warm_pool``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -480,6 +482,7 @@ class JobSummary(Record):
     attention: str | None = None
     quantized_base: str | None = None
     micro_batch: str | None = None
+    worker: str | None = None
     restarts: int = 0
     reported_steps: tuple[int, ...] = ()
     timing: Timing = dataclasses.field(default_factory=Timing)

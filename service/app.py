@@ -107,12 +107,12 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     report_address = settings.report_address or f"{host}:{report_port}"
     store = AsyncJobStore(sync_store, watch=store_health.watch)
     events = JobEvents(store)
-    report_env = {}
+    job_env = settings.job_env
     if settings.tls:
-        report_env["RAYFT_REPORT_TLS"] = "1"
+        job_env["RAYFT_REPORT_TLS"] = "1"
         if settings.report_tls_ca is not None:
-            report_env["RAYFT_REPORT_CA"] = settings.report_tls_ca.read_text()
-    launcher = RayJobLauncher(ray_address, settings.job_python, report_env)
+            job_env["RAYFT_REPORT_CA"] = settings.report_tls_ca.read_text()
+    launcher = RayJobLauncher(ray_address, settings.job_python, job_env)
     launch_key = auth.service_key(settings.data_dir)
     reconciler = Reconciler(
         events,

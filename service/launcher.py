@@ -99,10 +99,10 @@ class Launcher(Protocol):
 
 
 class RayJobLauncher:
-    def __init__(self, address: str, python: str, report_env: dict[str, str] | None = None):
-        """``report_env``: how every job reaches the service (``RAYFT_REPORT_TLS``, and the public CA
-        certificate it verifies the service with, ``RAYFT_REPORT_CA``)."""
-        self.address, self.python, self.report_env = address, python, dict(report_env or {})
+    def __init__(self, address: str, python: str, job_env: dict[str, str] | None = None):
+        """``job_env``: what every job gets from the operator: how it reaches the service (``RAYFT_REPORT_TLS``, and
+        the public CA certificate it verifies the service with, ``RAYFT_REPORT_CA``), the warm pool's settings."""
+        self.address, self.python, self.job_env = address, python, dict(job_env or {})
         self._client = None
         # Imported now, on one thread: imported lazily in the launcher's worker threads, two of them at once
         # (a ping and a capacity look) failed with "partially initialized module 'ray.util'".
@@ -122,7 +122,7 @@ class RayJobLauncher:
     def submit(self, job: JobRecord, report_address: str, launch_ticket: str) -> str:
         spec = FineTuneSpec.from_dict(job.spec)
         env = {
-            **self.report_env,
+            **self.job_env,
             "RAYFT_JOB_ID": job.id,
             "RAYFT_TEAM": job.team,  # which team's storage keys the job signs with (ray_jobs/storage.py)
             "RAYFT_REPORT_ADDRESS": report_address,

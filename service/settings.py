@@ -84,6 +84,12 @@ class ServiceSettings:
     that many are free of the jobs already launched, teams taking turns by the GPUs they hold
     (``service/admission.py``). Unset: the alive nodes' GPUs on a fixed cluster, no limit on one that
     autoscales. Set it on an autoscaling cluster to the most GPUs it can grow to (KubeRay's maxReplicas)."""
+    warm_workers: int = 0
+    """Warm workers kept for jobs of one worker (``RAYFT_WARM_WORKERS``; ``ray_jobs/warm_pool.py``): processes that
+    imported the training stack before a job came, one job each. Each holds a worker's resources (a GPU) while it
+    waits; a job that does not take one stands the pool down first. 0: none."""
+    warm_idle_s: float = 600.0
+    """How long warm workers wait for a job before they stop and free their GPUs (``RAYFT_WARM_IDLE_S``)."""
     reconcile_interval_s: float = 2.0
     """How often queued jobs are launched and running ones checked against Ray."""
     grace_s: float = 10.0
@@ -103,8 +109,18 @@ class ServiceSettings:
                 f"plaintext only on loopback, not {self.host!r}: give the service a certificate "
                 "(--tls-cert/--tls-key or RAYFT_TLS_CERT/RAYFT_TLS_KEY), so tokens never cross the network in clear"
             )
+        if self.warm_workers < 0 or not self.warm_idle_s >= 0:
+            raise ValueError(
+                f"warm_workers and warm_idle_s (RAYFT_WARM_WORKERS, RAYFT_WARM_IDLE_S): 0 or more, not {self.warm_workers!r} "
+                f"and {self.warm_idle_s!r}"
+            )
         if self.cluster_gpus is not None and not self.cluster_gpus >= 0:
             raise ValueError(f"cluster_gpus (RAYFT_CLUSTER_GPUS): a number of GPUs, 0 or more, not {self.cluster_gpus!r}")
+
+    @property
+    def job_env(self) -> dict[str, str]:
+        """What every job is told by the operator, besides where to report: the warm pool's settings."""
+        return {"RAYFT_WARM_WORKERS": str(self.warm_workers), "RAYFT_WARM_IDLE_S": str(self.warm_idle_s)}
 
     @property
     def tls(self) -> bool:
@@ -148,6 +164,8 @@ class ServiceSettings:
             "launch_paused": _flag(env, "RAYFT_LAUNCH_PAUSED", False),
             "cluster_autoscales": _flag(env, "RAYFT_CLUSTER_AUTOSCALES", False),
             "cluster_gpus": float(env["RAYFT_CLUSTER_GPUS"]) if env.get("RAYFT_CLUSTER_GPUS") else None,
+            "warm_workers": int(env.get("RAYFT_WARM_WORKERS") or cls.warm_workers),
+            "warm_idle_s": float(env.get("RAYFT_WARM_IDLE_S") or cls.warm_idle_s),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["data_dir"] = Path(values["data_dir"])  # type: ignore[arg-type]

@@ -109,3 +109,13 @@ def test_the_watch_port_defaults_beside_the_api_port_and_never_on_the_report_por
 )
 def test_a_watch_address_of_a_port_alone_is_on_the_host_the_client_dialed(api, advertised, target):
     assert watch_target(api, advertised) == target
+
+
+def test_the_warm_pool_settings_go_to_every_job_and_a_negative_one_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("RAYFT_WARM_WORKERS", "1")
+    monkeypatch.setenv("RAYFT_WARM_IDLE_S", "120")
+    settings = ServiceSettings.from_env(auth=False)
+    assert settings.job_env == {"RAYFT_WARM_WORKERS": "1", "RAYFT_WARM_IDLE_S": "120.0"}
+    assert ServiceSettings(auth=False).job_env["RAYFT_WARM_WORKERS"] == "0", "off unless the operator turns it on"
+    with pytest.raises(ValueError, match=r"RAYFT_WARM_WORKERS, RAYFT_WARM_IDLE_S\): 0 or more, not -1"):
+        ServiceSettings(auth=False, warm_workers=-1)

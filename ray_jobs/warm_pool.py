@@ -1,0 +1,315 @@
+"""Warm workers: processes that imported the training stack before a job came, for one-worker jobs to take over.
+
+Why: on an H200 (bench/RESULTS.md) about 18 s of a warm job's time to its first step were imports in fresh
+processes (torch, transformers, peft, bitsandbytes; Ray Train's controller's, then its worker's), and 7-16 s
+more the controller, its placement group and the worker's launch. Ray Train cannot adopt a process that is
+already running, and Ray hands an idle process only to tasks of the same job and runtime environment. So a
+process that outlives a job is an actor of its own, and it runs the loop itself (``ray_jobs.session``).
+
+The operator turns the pool on for every job (the service passes its settings on): ``RAYFT_WARM_WORKERS`` is
+how many to keep (0, the default: none) and ``RAYFT_WARM_IDLE_S`` how long they wait for a job before they are
+stopped and their GPUs are free again. Rules that keep the pool from costing anyone:
+- A worker runs one job, then it is stopped: nothing of a team's job (its environment, the kernels it patched
+  in, its GPU memory) is there when the next job starts. A replacement starts in its place.
+- Only jobs of one worker take one (``scaling.num_workers: 1``), of the shape the pool was made for.
+- A job that does not take one stands the pool down first: its idle workers stop and no new one starts while
+  that job runs, so a GPU held by a warm worker never keeps a job waiting.
+- New workers start only onto resources free at that moment; they never queue behind jobs.
+- A job whose warm worker fails resumes on Ray Train from the warm worker's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ray_jobs.storage import Location
+    from ray_jobs.train_loop import LoopConfig
+    from rayft_contract.spec import FineTuneSpec
+
+log = logging.getLogger(__name__)
+
+POOL_NAME, NAMESPACE = "rayft-warm-pool", "rayft"
+WARM_IMPORTS = (
+    "torch",
+    "transformers",
+    "transformers.models.llama.modeling_llama",
+    "peft",
+    "bitsandbytes",
+    "liger_kernel.transformers",
+    "ray.train.torch",
+    "ray.data",
+    "ray_jobs.train_loop",
+)
+"""What a worker imports before any job: what a job's set-up imported on the H200 (``python -X importtime``)."""
+READY_WAIT_S = 120.0
+"""How long a job waits for a warm worker that is still importing, rather than stand the pool down."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmSettings:
+    workers: int = 0
+    """``RAYFT_WARM_WORKERS``: warm workers to keep; 0 keeps none."""
+    idle_s: float = 600.0
+    """``RAYFT_WARM_IDLE_S``: a pool no job took from for this long stops its workers."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> WarmSettings:
+        values: dict[str, Any] = {}
+        for field, name, kind, example in (
+            ("workers", "RAYFT_WARM_WORKERS", int, "a whole number of workers, e.g. RAYFT_WARM_WORKERS=1"),
+            ("idle_s", "RAYFT_WARM_IDLE_S", float, "seconds, e.g. RAYFT_WARM_IDLE_S=600"),
+        ):
+            if environ.get(name):
+                try:
+                    values[field] = kind(environ[name])
+                except ValueError:
+                    raise ValueError(f"{name}={environ[name]!r}: {example}") from None
+                if values[field] < 0:
+                    raise ValueError(f"{name}={environ[name]!r}: 0 or more")
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """The resources of one worker; a pool serves jobs of one shape."""
+
+    gpus: float
+    cpus: float
+
+    @classmethod
+    def of(cls, spec: FineTuneSpec) -> Shape | None:
+        """The job's shape, or ``None`` for a job no warm worker can run (more than one worker)."""
+        if spec.scaling.num_workers != 1:
+            return None
+        return cls(1.0 if spec.scaling.use_gpu else 0.0, float(spec.scaling.cpus_per_worker))
+
+
+class WarmWorker:
+    """One process that imported :data:`WARM_IMPORTS` (and made its CUDA context) before its job came."""
+
+    def __init__(self) -> None:
+        start = time.time()
+        for name in WARM_IMPORTS:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # optional kernels (bitsandbytes, Liger) that this cluster does not have
+                log.info("warm worker: %s is not installed", name)
+        import torch
+
+        if torch.cuda.is_available():
+            torch.zeros(1, device="cuda")  # the CUDA context
+        self.started, self.ready_s = start, time.time() - start
+
+    def ready(self) -> float:
+        """Returns once the imports are done: how long they took."""
+        return self.ready_s
+
+    def train(self, loop: LoopConfig, datasets: dict[str, Any], queue: Any, checkpoints: Location, env: dict[str, str]) -> Any:
+        """Run ``loop`` as rank 0 of 1, in the environment of the job that took this worker; returns the last
+        checkpoint persisted (``None`` if none was)."""
+        import ray
+
+        from ray_jobs import session
+        from ray_jobs.train_loop import train_loop_per_worker
+
+        inherited = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
+        for name in inherited:  # the job that made the pool's: not this job's business
+            os.environ.pop(name, None)
+        os.environ.update(env)
+        runner = session.WarmSession(queue, checkpoints, datasets, loop.resume_from, ready_for_s=time.time() - self.started)
+        session.use(runner)
+        train_loop_per_worker({"loop": loop})
+        runner.wait()
+        return runner.latest
+
+
+class WarmPool:
+    """The detached actor (``rayft/rayft-warm-pool``) that keeps the workers, lends them and stands them down."""
+
+    CHECK_S = 2.0
+
+    def __init__(self, settings: WarmSettings, shape: Shape) -> None:
+        self.settings, self.shape = settings, shape
+        self.idle: list[tuple[Any, Any]] = []
+        """Workers not lent, with their ``ready()`` refs."""
+        self.tokens: list[tuple[Any, Any]] = []
+        """(token, worker or None): a job holding a lent worker, or one that stood the pool down (worker None).
+        A token is the job's event queue actor: it dies with the job, and then the lease ends."""
+        self.last_taken = time.monotonic()
+        self.started = self.lent = 0
+        self.lock = threading.Lock()
+        threading.Thread(target=self._tend, name="rayft-warm-pool", daemon=True).start()
+
+    def take(self, shape: Shape, token: Any) -> Any:
+        """A ready worker for a job of ``shape``, lent until ``token`` dies; or ``None``, and then the pool stands
+        down until it does. Waits up to :data:`READY_WAIT_S` for a worker still importing."""
+        import ray
+
+        with self.lock:
+            self.last_taken = time.monotonic()
+            candidates = list(self.idle) if shape == self.shape else []
+        if candidates:
+            ready, _ = ray.wait([ref for _, ref in candidates], num_returns=1, timeout=READY_WAIT_S)
+            with self.lock:
+                found = next(((w, r) for w, r in self.idle if ready and r == ready[0]), None)
+                if found is not None:
+                    self.idle.remove(found)
+                    self.tokens.append((token, found[0]))
+                    self.lent += 1
+                    return found[0]
+        with self.lock:
+            self._stop_idle()
+            self.tokens.append((token, None))
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        import ray
+
+        with self.lock:
+            refs = [ref for _, ref in self.idle]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+            return {
+                "idle": len(self.idle),
+                "ready": len(ready),
+                "lent": sum(w is not None for _, w in self.tokens),
+                "standing_down_for": sum(w is None for _, w in self.tokens),
+                "started": self.started,
+                "lent_in_all": self.lent,
+                "shape": dataclasses.asdict(self.shape),
+            }
+
+    def shut_down(self) -> None:
+        with self.lock:
+            self._stop_idle()
+            self.settings = dataclasses.replace(self.settings, workers=0)
+
+    def _tend(self) -> None:
+        """End the leases of jobs that ended, stop idle workers past the idle time, start what is missing."""
+        while True:
+            time.sleep(self.CHECK_S)
+            try:
+                self._tend_once()
+            except Exception:  # the pool must outlive one bad look at the cluster; the next look retries
+                log.exception("warm pool: tending failed")
+
+    def _tend_once(self) -> None:
+        import ray
+
+        with self.lock:
+            tokens = list(self.tokens)
+        ended = [(t, w) for t, w in tokens if not _alive(t)]
+        for _, worker in ended:
+            if worker is not None:
+                ray.kill(worker)
+        with self.lock:
+            self.tokens = [pair for pair in self.tokens if pair not in ended]
+            if time.monotonic() - self.last_taken > self.settings.idle_s:
+                self._stop_idle()
+                return
+            if any(w is None for _, w in self.tokens):
+                return  # a job that took none is running: its resources are its own
+            while len(self.idle) < self.settings.workers and self._room():
+                worker = _worker_class().options(num_gpus=self.shape.gpus, num_cpus=self.shape.cpus).remote()
+                self.idle.append((worker, worker.ready.remote()))
+                self.started += 1
+
+    def _room(self) -> bool:
+        import ray
+
+        free = ray.available_resources()
+        return free.get("GPU", 0.0) >= self.shape.gpus and free.get("CPU", 0.0) >= self.shape.cpus
+
+    def _stop_idle(self) -> None:
+        import ray
+
+        for worker, _ in self.idle:
+            ray.kill(worker)
+        self.idle = []
+
+
+def _alive(token: Any) -> bool:
+    import ray
+
+    try:
+        ray.get(token.qsize.remote(), timeout=10)
+        return True
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
+
+
+def _worker_class() -> Any:
+    import ray
+
+    return ray.remote(WarmWorker)
+
+
+@dataclasses.dataclass
+class Lease:
+    worker: Any
+
+    def end(self) -> None:
+        import ray
+
+        ray.kill(self.worker)  # the pool ends the lease too, when the job's queue dies; this frees the GPU now
+
+
+def take(spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettings | None = None) -> Lease | None:
+    """A warm worker for this job, if the operator keeps a pool (``RAYFT_WARM_WORKERS``) and one fits; the pool is
+    made on the first call. ``queue``: the job's event queue, whose life is the lease's. ``fits=False``: the job
+    takes none whatever its shape (a pool that exists stands down for it)."""
+    import ray
+
+    settings = settings or WarmSettings.from_env()
+    shape = Shape.of(spec) if fits and settings.workers else None
+    if shape is None:  # no warm worker runs it; a pool that exists (even one since turned off) stands down for it
+        try:
+            pool = ray.get_actor(POOL_NAME, namespace=NAMESPACE)
+        except ValueError:
+            return None
+    else:
+        options = {"name": POOL_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
+        pool = ray.remote(WarmPool).options(**options, num_cpus=0, max_concurrency=4).remote(settings, shape)
+    worker = ray.get(pool.take.remote(shape, queue.actor))
+    return Lease(worker) if worker is not None else None
+
+
+def fit(
+    lease: Lease | None,
+    loop: LoopConfig,
+    datasets: dict[str, Any],
+    checkpoints: Location,
+    queue: Any,
+    on_ray_train: Callable[[LoopConfig, int], Any],
+) -> Any:
+    """Train on the lent worker; without one, or after it failed (reported as a ``failure`` event), on Ray Train
+    (``on_ray_train(loop, max_failures)`` fits and returns ``ray_jobs.events``' result)."""
+    import ray
+
+    from ray_jobs.events import Fitted
+    from ray_jobs.session import latest_in
+    from rayft_contract.events import Event
+    from rayft_contract.records import Failure
+
+    failures = loop.spec.train.max_failures
+    if lease is not None:
+        try:
+            env = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
+            return Fitted(None, ray.get(lease.worker.train.remote(loop, datasets, queue, checkpoints, env)))
+        except ray.exceptions.RayError as exc:
+            cause = getattr(exc, "cause", None) or exc
+            queue.put(Event("failure", Failure({"0": f"{type(cause).__name__}: {cause}".splitlines()[0][:500]}).to_dict()))
+            if failures == 0:
+                return Fitted(cause)
+            failures -= 1
+            loop = dataclasses.replace(loop, resume_from=latest_in(checkpoints) or loop.resume_from)
+        finally:
+            lease.end()
+    return on_ray_train(loop, failures)

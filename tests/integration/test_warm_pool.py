@@ -1,0 +1,86 @@
+"""The warm pool (``RAYFT_WARM_WORKERS``) on the session's Ray cluster, with the tiny model on one CPU worker."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from ray_jobs.chaos import Chaos
+from ray_jobs.run import run
+from ray_jobs.warm_pool import NAMESPACE, POOL_NAME
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def warm_pool_on(ray_cluster, monkeypatch):
+    """The operator's setting, as the service passes it to every job; the pool (and its workers) ends with the test."""
+    import ray
+
+    monkeypatch.setenv("RAYFT_WARM_WORKERS", "1")
+    yield
+    try:
+        ray.kill(ray.get_actor(POOL_NAME, namespace=NAMESPACE))  # its workers are its own: they go with it
+    except ValueError:
+        pass
+
+
+def _wait_for_a_ready_worker(pool, timeout_s: float = 300.0) -> dict:
+    """Until the pool holds a worker whose imports are done: a condition, polled; the deadline only ends a hang."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while (state := ray.get(pool.describe.remote()))["ready"] < 1:
+        assert time.monotonic() < deadline, f"no warm worker became ready in {timeout_s} s: {state}"
+        time.sleep(1.0)
+    return state
+
+
+def _losses(events) -> dict[int, float]:
+    return {e.data["step"]: e.data["loss"] for e in events if e.kind == "progress"}
+
+
+def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_and_after_it_fails_ray_train_resumes_its_checkpoint(
+    warm_pool_on, tiny_spec
+):
+    """Job 1 finds the pool empty: Ray Train runs it, and the pool stands down while it does. Once it ended,
+    the pool starts a worker. Job 2 (same recipe, another name) takes that worker; it fails at step 6, and Ray
+    Train resumes from the checkpoint the warm worker wrote at step 4. At every step both jobs have the same loss."""
+    import ray
+
+    spec = tiny_spec.replace(
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
+        train=dataclasses.replace(tiny_spec.train, max_steps=8, checkpoint_every=4, log_every=1, eval_every=None),
+        data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
+    )
+    cold_events, events = [], []
+    cold = run(spec.replace(name="warm-1"), on_event=cold_events.append).summary
+    assert cold.worker == "Ray Train's, started for this job" and cold.restarts == 0
+    pool = ray.get_actor(POOL_NAME, namespace=NAMESPACE)
+    state = _wait_for_a_ready_worker(pool)
+    assert state["lent_in_all"] == 0 and state["standing_down_for"] == 0, state
+
+    result = run(spec.replace(name="warm-2"), on_event=events.append, chaos=Chaos(fail_at_step=6))
+    summary = result.summary
+
+    kinds = [e.kind for e in events]
+    assert kinds.count("failure") == 1 and summary.restarts == 1
+    cut = kinds.index("failure")
+    assert "injected failure at step 6 on rank 0" in json.dumps(events[cut].data)
+    before = [e.data for e in events[:cut] if e.kind == "progress"]
+    after = [e.data for e in events[cut:] if e.kind == "progress"]
+    assert [p["step"] for p in before] == [1, 2, 3, 4, 5]
+    assert all(p["facts"]["worker"].startswith("warm: started ") for p in before), before[0]["facts"]
+    assert [p["step"] for p in after] == [5, 6, 7, 8], "Ray Train resumed from the warm worker's step-4 checkpoint"
+    assert summary.worker == "Ray Train's, started for this job" and summary.steps == 8
+    assert (result.local_dir / "adapter" / "adapter_model.safetensors").is_file()
+    warm_checkpoints = sorted(p.name for p in (result.local_dir / "warm-2" / "warm").iterdir())
+    assert warm_checkpoints == ["checkpoint_00000004"], "step 8's checkpoint was Ray Train's"
+    cold_losses, warm_losses = _losses(cold_events), {p["step"]: p["loss"] for p in before + after}
+    assert warm_losses == pytest.approx(cold_losses, rel=1e-5), "the warm worker trains as Ray Train's does"
+
+    state = ray.get(pool.describe.remote())
+    assert state["lent_in_all"] == 1 and state["lent"] == 0, state
