@@ -105,6 +105,50 @@ class LoadedBase:
     """How a quantized base came to be (the summary's line): ``quantized``; ``read quantized from the node's cache``;
     ``quantized, then kept in the node's cache`` (``quantization.cache``, :mod:`ray_jobs.quantized_cache`). Empty for
     a base that is not quantized."""
+    held: bool = False
+    """Loaded before the job, by the warm worker that runs it (:func:`hold_base`)."""
+
+
+_held: dict[str, LoadedBase] = {}
+"""The base a warm worker loaded before its job came, by :func:`held_key`; the job takes it, or it is dropped."""
+
+
+def held_key(spec: FineTuneSpec, device: torch.device) -> str | None:
+    """What a held base must match to serve a job: the base's files (names, sizes, mtimes), its dtype, attention
+    kernel and quantization. ``None`` for a base in ``s3://``: it is read with the job's team's own keys."""
+    from ray_jobs import quantized_cache
+    from ray_jobs.model_cache import fetch_model
+
+    if spec.model.path.startswith("s3://"):
+        return None
+    local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
+    settings = {"dtype": spec.model.dtype, "attention": attention_for(spec, device.type), **dataclasses.asdict(spec.quantization)}
+    return quantized_cache.key(local, settings)
+
+
+def hold_base(spec: FineTuneSpec, device: torch.device) -> None:
+    """Load ``spec``'s base now, on a warm worker before its job (``ray_jobs.warm_pool``): the next job with the same
+    base (:func:`held_key`) takes it in :func:`load_base_from` instead of reading and quantizing it again."""
+    from ray_jobs.strategy import Single
+
+    key = held_key(spec, device)
+    if key is not None:
+        _held[key] = load_base_from(spec, device, Single())
+
+
+def _take_held(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase | None:
+    """The held base if it is this job's; any other is dropped first, for the memory the job's own base needs."""
+    import gc
+
+    import torch
+
+    held = _held.pop(held_key(spec, device) or "", None) if strategy.name == "single" else None
+    if _held:
+        _held.clear()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return dataclasses.replace(held, held=True) if held is not None else None
 
 
 def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase:
@@ -116,6 +160,8 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy)
     from ray_jobs.model_cache import fetch_model
 
     keep_compiled_kernels()
+    if _held and (held := _take_held(spec, device, strategy)) is not None:
+        return held
     kwargs: dict[str, Any] = {
         "dtype": torch_dtype(spec.model.dtype),
         "attn_implementation": attention_for(spec, device.type),

@@ -168,7 +168,7 @@ class _Loop:
             attention=base.config._attn_implementation,
             quantized_base=loaded.quantized,
             micro_batch=micro.describe(),
-            worker=runner.describe(),
+            worker=runner.describe() + (", its base loaded before the job" if loaded.held else ""),
             **strategies.describe(model, strategy),
         )
         model.train()

@@ -95,7 +95,9 @@ class Shape:
 class WarmWorker:
     """One process that imported :data:`WARM_IMPORTS` (and made its CUDA context) before its job came."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: FineTuneSpec | None = None) -> None:
+        """``base``: the spec of the job before, whose base (if on this node's disk) is loaded now and kept for a
+        job with the same (``ray_jobs.model.hold_base``)."""
         start = time.time()
         for name in WARM_IMPORTS:
             try:
@@ -104,8 +106,15 @@ class WarmWorker:
                 log.info("warm worker: %s is not installed", name)
         import torch
 
-        if torch.cuda.is_available():
-            torch.zeros(1, device="cuda")  # the CUDA context
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        torch.zeros(1, device=device)  # the CUDA context
+        if base is not None:
+            from ray_jobs.model import hold_base
+
+            try:
+                hold_base(base, device)
+            except Exception:  # optional: the job loads its base itself, and reports what fails then
+                log.warning("warm worker: the base of %s was not loaded ahead", base.model.path, exc_info=True)
         self.started, self.ready_s = start, time.time() - start
 
     def ready(self) -> float:
@@ -144,17 +153,20 @@ class WarmPool:
         """(token, worker or None): a job holding a lent worker, or one that stood the pool down (worker None).
         A token is the job's event queue actor: it dies with the job, and then the lease ends."""
         self.last_taken = time.monotonic()
+        self.base: FineTuneSpec | None = None
+        """The last job's spec: a new worker loads its base ahead (``WarmWorker``)."""
         self.started = self.lent = 0
         self.lock = threading.Lock()
         threading.Thread(target=self._tend, name="rayft-warm-pool", daemon=True).start()
 
-    def take(self, shape: Shape, token: Any) -> Any:
-        """A ready worker for a job of ``shape``, lent until ``token`` dies; or ``None``, and then the pool stands
-        down until it does. Waits up to :data:`READY_WAIT_S` for a worker still importing."""
+    def take(self, shape: Shape | None, token: Any, spec: FineTuneSpec | None = None) -> Any:
+        """A ready worker for a job of ``shape`` (``spec``'s), lent until ``token`` dies; or ``None``, and then the pool
+        stands down until it does. Waits up to :data:`READY_WAIT_S` for a worker still importing."""
         import ray
 
         with self.lock:
             self.last_taken = time.monotonic()
+            self.base = spec if shape == self.shape else self.base
             candidates = list(self.idle) if shape == self.shape else []
         if candidates:
             ready, _ = ray.wait([ref for _, ref in candidates], num_returns=1, timeout=READY_WAIT_S)
@@ -162,9 +174,13 @@ class WarmPool:
                 found = next(((w, r) for w, r in self.idle if ready and r == ready[0]), None)
                 if found is not None:
                     self.idle.remove(found)
+            if found is not None and _started(found[1]):
+                with self.lock:
                     self.tokens.append((token, found[0]))
                     self.lent += 1
-                    return found[0]
+                return found[0]
+            if found is not None:
+                ray.kill(found[0])
         with self.lock:
             self._stop_idle()
             self.tokens.append((token, None))
@@ -217,7 +233,7 @@ class WarmPool:
             if any(w is None for _, w in self.tokens):
                 return  # a job that took none is running: its resources are its own
             while len(self.idle) < self.settings.workers and self._room():
-                worker = _worker_class().options(num_gpus=self.shape.gpus, num_cpus=self.shape.cpus).remote()
+                worker = _worker_class().options(num_gpus=self.shape.gpus, num_cpus=self.shape.cpus).remote(self.base)
                 self.idle.append((worker, worker.ready.remote()))
                 self.started += 1
 
@@ -233,6 +249,18 @@ class WarmPool:
         for worker, _ in self.idle:
             ray.kill(worker)
         self.idle = []
+
+
+def _started(ready: Any) -> bool:
+    """Whether a worker's start (its ``ready()``) went well; one that failed is logged, and no job gets it."""
+    import ray
+
+    try:
+        ray.get(ready)
+        return True
+    except ray.exceptions.RayError:
+        log.warning("warm pool: a worker failed to start; the job runs on Ray Train", exc_info=True)
+        return False
 
 
 def _alive(token: Any) -> bool:
@@ -277,7 +305,7 @@ def take(spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettin
     else:
         options = {"name": POOL_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
         pool = ray.remote(WarmPool).options(**options, num_cpus=0, max_concurrency=4).remote(settings, shape)
-    worker = ray.get(pool.take.remote(shape, queue.actor))
+    worker = ray.get(pool.take.remote(shape, queue.actor, spec if shape is not None else None))
     return Lease(worker) if worker is not None else None
 
 

@@ -276,6 +276,7 @@ def test_a_run_already_at_its_end_fails_with_the_reason_and_overwrite_starts_ove
     from ray_jobs.run import NothingTrained
 
     spec = with_train(tiny_spec, max_steps=4, checkpoint_every=4, log_every=2, eval_every=None)
+    spec = spec.replace(scaling=dataclasses.replace(spec.scaling, num_workers=1))  # the driver's decision: one worker will do
     first = run(spec)
     (Path(first.run_dir) / "summary.json").unlink()  # as if the job died after its last checkpoint
     with pytest.raises(NothingTrained, match="trained 0 steps of 4: its checkpoint is already at step 4"):

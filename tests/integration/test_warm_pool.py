@@ -47,8 +47,9 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_and_after_it
     warm_pool_on, tiny_spec
 ):
     """Job 1 finds the pool empty: Ray Train runs it, and the pool stands down while it does. Once it ended,
-    the pool starts a worker. Job 2 (same recipe, another name) takes that worker; it fails at step 6, and Ray
-    Train resumes from the checkpoint the warm worker wrote at step 4. At every step both jobs have the same loss."""
+    the pool starts a worker, which loads job 1's base ahead. Job 2 (same recipe, another name) takes that worker
+    and that base; it fails at step 6, and Ray Train resumes from the checkpoint the warm worker wrote at step 4.
+    At every step both jobs have the same loss."""
     import ray
 
     spec = tiny_spec.replace(
@@ -73,7 +74,9 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_and_after_it
     before = [e.data for e in events[:cut] if e.kind == "progress"]
     after = [e.data for e in events[cut:] if e.kind == "progress"]
     assert [p["step"] for p in before] == [1, 2, 3, 4, 5]
-    assert all(p["facts"]["worker"].startswith("warm: started ") for p in before), before[0]["facts"]
+    warm_worker = before[0]["facts"]["worker"]
+    assert warm_worker.startswith("warm: started ") and warm_worker.endswith(", its base loaded before the job"), warm_worker
+    assert all(p["facts"]["worker"] == warm_worker for p in before)
     assert [p["step"] for p in after] == [5, 6, 7, 8], "Ray Train resumed from the warm worker's step-4 checkpoint"
     assert summary.worker == "Ray Train's, started for this job" and summary.steps == 8
     assert (result.local_dir / "adapter" / "adapter_model.safetensors").is_file()

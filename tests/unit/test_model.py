@@ -94,3 +94,29 @@ def test_compiled_kernels_are_kept_in_the_node_s_rayft_cache_unless_the_operator
     monkeypatch.delenv(COMPILE_CACHE_ENV)
     assert keep_compiled_kernels("s3://bucket/cache") is None  # kernels cannot live in S3: torch's own default
     assert COMPILE_CACHE_ENV not in os.environ
+
+
+def test_a_base_held_by_a_warm_worker_serves_only_a_job_of_the_same_base_and_is_dropped_for_any_other(tiny_spec):
+    from ray_jobs import model as models
+
+    cpu = torch.device("cpu")
+    models.hold_base(tiny_spec, cpu)
+    held = next(iter(models._held.values())).model
+    other_dtype = tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, dtype="bfloat16"))
+    loaded = models.load_base_from(other_dtype, cpu, Single())
+    assert not loaded.held and loaded.model is not held and loaded.model.dtype == torch.bfloat16
+    assert models._held == {}, "a base the job did not take is dropped, not kept beside its own"
+
+    models.hold_base(tiny_spec, cpu)
+    held = next(iter(models._held.values())).model
+    loaded = models.load_base_from(tiny_spec.replace(name="another-job"), cpu, Single())
+    assert loaded.held and loaded.model is held and models._held == {}, "the same base: taken once"
+    assert not models.load_base_from(tiny_spec, cpu, Single()).held, "the next job of the process loads its own"
+
+
+def test_a_base_in_s3_is_never_held_it_is_read_with_the_jobs_own_keys(tiny_spec):
+    from ray_jobs.model import held_key
+
+    in_s3 = tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path="s3://models/llama"))
+    assert held_key(in_s3, torch.device("cpu")) is None
+    assert held_key(tiny_spec, torch.device("cpu")) is not None
