@@ -15,6 +15,8 @@
 #
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: DUMPS=1 bash bench/startup_7b.sh        (about 5 minutes)
+#   warm workers:     command: WARM="0 0 1 1 1" bash bench/startup_7b.sh   (Ray Train cold and warm, the pool made
+#                     and standing down, then two jobs on warm workers; about 8 minutes)
 set -euo pipefail
 source .gpu/env.sh
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled RAY_TRAIN_V2_ENABLED=1 RAY_worker_niceness=0
