@@ -93,11 +93,14 @@ def _flags_of(model_type: str) -> set[str]:
     return set(inspect.signature(_liger_patches()[model_type]).parameters)
 
 
-def describe(choice: KernelChoice, spec: FineTuneSpec, compiled_layers: int) -> str:
-    """The summary's kernels line: Liger's choice, then what ``lora.fused`` and ``model.compile`` add when on."""
+def describe(choice: KernelChoice, spec: FineTuneSpec, compiled_layers: int, fp8: str = "") -> str:
+    """The summary's kernels line: Liger's choice, then what ``lora.fused``, ``quantization.fp8`` (``fp8``: what
+    ``ray_jobs.fp8.usable`` said) and ``model.compile`` add when on."""
     line = choice.describe()
     if spec.lora.fused:
         line += "; LoRA update inside its matmul (lora.fused)"
+    if fp8:
+        line += f"; {fp8}"
     if compiled_layers:
         line += f"; torch.compile ({compiled_layers} decoder layers)"
     return line

@@ -28,6 +28,9 @@ from peft.tuners.lora.layer import Linear
 class _FusedForward:
     """Mixed in before a PEFT LoRA layer class: its forward, fused where it is the plain case."""
 
+    rayft_fp8 = False
+    """The base layer's matmuls in FP8 (``quantization.fp8``, ``ray_jobs.fp8``); set by :func:`fuse`."""
+
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         adapter = _plain_adapter(self) if not args and not kwargs else None
         if adapter is None:
@@ -37,7 +40,12 @@ class _FusedForward:
             return super().forward(x)  # type: ignore[misc]  # mixed dtypes without autocast: PEFT casts them
         # Under autocast the input goes in as it is: autocast runs the matmuls in its dtype (PEFT's plain Linear would
         # first copy the whole input to the fp32 of the LoRA weights, and autocast would copy it back).
-        result = self.base_layer(x)
+        if self.rayft_fp8 and torch.is_grad_enabled():  # training; evaluation and generation see the bf16 base
+            from ray_jobs.fp8 import base_forward
+
+            result = base_forward(self.base_layer, x)
+        else:
+            result = self.base_layer(x)
         update_in = lora_a(self.lora_dropout[adapter](x))
         out = torch.addmm(
             result.reshape(-1, result.shape[-1]),
@@ -76,8 +84,9 @@ else:
     _FUSED[Linear4bit] = FusedLinear4bit
 
 
-def fuse(model: torch.nn.Module) -> int:
+def fuse(model: torch.nn.Module, fp8: bool = False) -> int:
     """Give every LoRA linear layer of ``model`` (a PEFT model) the fused forward, in place; returns how many.
+    ``fp8``: their base layers' matmuls in FP8 (``ray_jobs.fp8``).
 
     The layer's class becomes a subclass of its own that only overrides ``forward`` (the module, its parameters
     and hooks are untouched), so ``isinstance`` checks against PEFT's classes still hold."""
@@ -86,5 +95,6 @@ def fuse(model: torch.nn.Module) -> int:
         target = _FUSED.get(type(module))
         if target is not None:
             module.__class__ = target
+            module.rayft_fp8 = fp8
             fused += 1
     return fused

@@ -197,8 +197,9 @@ def cacheable_quantization(spec: FineTuneSpec, quant: Any) -> dict[str, Any] | N
     return {"mode": "nf4", "double_quant": spec.quantization.double_quant, "compute_dtype": spec.model.dtype}
 
 
-def apply_lora(model: torch.nn.Module, spec: FineTuneSpec) -> torch.nn.Module:
-    """Wrap ``model`` in a PEFT LoRA model whose trainable weights are fp32."""
+def apply_lora(model: torch.nn.Module, spec: FineTuneSpec, fp8: bool = False) -> torch.nn.Module:
+    """Wrap ``model`` in a PEFT LoRA model whose trainable weights are fp32; ``fp8``: the base layers' matmuls in FP8
+    (``quantization.fp8`` where the device has FP8 tensor cores)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -220,7 +221,7 @@ def apply_lora(model: torch.nn.Module, spec: FineTuneSpec) -> torch.nn.Module:
     if lora.fused:
         from ray_jobs.lora_fused import fuse
 
-        fuse(model)
+        fuse(model, fp8)
     if spec.train.gradient_checkpointing:
         checkpoint_activations(model)
     return model

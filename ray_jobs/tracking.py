@@ -65,7 +65,11 @@ class Trackers:
 
         mlflow = _MlflowRun.start(spec, staging, owner) if spec.tracking.mlflow else None
         wandb = _WandbRun.start(spec, staging, owner) if spec.tracking.wandb else None
-        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow, wandb, _RayMetrics.start(spec, owner))
+        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow, wandb)
+
+    def join_cluster(self, spec: FineTuneSpec, owner: str) -> None:
+        """The job's Ray gauges, once the driver is on the cluster (before it, none would be exported)."""
+        self.ray = _RayMetrics.start(spec, owner)
 
     def add(self, report: Progress) -> None:
         if report.final:  # the closing report: step records only

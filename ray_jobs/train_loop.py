@@ -114,6 +114,8 @@ class _Loop:
         import psutil
         import torch
 
+        from ray_jobs.fp8 import usable
+
         spec, train, runner = cfg.spec, cfg.spec.train, session.current()  # Ray Train's worker, or a warm one
         rank, world = runner.rank, runner.world
         device = runner.device()
@@ -134,7 +136,8 @@ class _Loop:
             base = (loaded := load_base_from(spec, device, strategy)).model
             fused = kernels.choose(spec, device.type, base.config.model_type)
             kernels.apply(base, fused)  # before LoRA: Liger patches the base's own modules
-            model = apply_lora(base, spec)
+            fp8, fp8_line = usable(device) if spec.quantization.fp8 else (False, "")  # ray_jobs.fp8
+            model = apply_lora(base, spec, fp8)
             trainable, total = count_parameters(model)
             shape = model_shape(model, train.gradient_checkpointing)
             chosen = fit_plan(spec, shape, trainable, device, world)
@@ -164,7 +167,7 @@ class _Loop:
             trainable_params=trainable,
             model_shape=shape,
             peak_flops=peak_flops(device),
-            kernels=kernels.describe(fused, spec, compiled),
+            kernels=kernels.describe(fused, spec, compiled, fp8_line),
             attention=base.config._attn_implementation,
             quantized_base=loaded.quantized,
             micro_batch=micro.describe(),

@@ -121,6 +121,10 @@ class QuantizationSpec:
     with the same base and settings reads it instead of quantizing again (``ray_jobs.quantized_cache``; 3.9 GB for a
     7B base, written by the first job before its first step). Exact on CPU (the same tensors and logits); not yet
     measured on a GPU, hence off. Not under FSDP."""
+    fp8: bool = False
+    """Run the frozen base's matmuls (its forward, and the gradient through it) in FP8 with one scale per row, on
+    GPUs with FP8 tensor cores (Hopper, Ada); the adapter stays bf16 (``ray_jobs.fp8``). Trades precision for
+    speed, so off by default. Needs ``lora.fused`` (its forward carries it) and an ``nf4`` or unquantized base."""
 
     def __post_init__(self) -> None:
         modes = typing.get_args(QuantMode)
@@ -446,6 +450,13 @@ class FineTuneSpec:
                 self.model.dtype != "float32" or not self.scaling.use_gpu,
                 "model.dtype",
                 "4-bit/8-bit bases compute in bfloat16 or float16 on GPU; set model.dtype or quantization.mode: none",
+            )
+        if self.quantization.fp8:
+            _check(
+                self.lora.fused and self.quantization.mode in ("nf4", "none"),
+                "quantization.fp8",
+                "runs in lora.fused's forward over an nf4 or unquantized base: set lora.fused: true and quantization.mode: "
+                "nf4 or none, or quantization.fp8: false",
             )
         if self.train.early_stopping_patience is not None:
             _check(

@@ -72,14 +72,16 @@ class ModelSpec(_message.Message):
     def __init__(self, path: _Optional[str] = ..., revision: _Optional[str] = ..., dtype: _Optional[str] = ..., attn_implementation: _Optional[str] = ..., kernels: _Optional[str] = ..., compile: _Optional[bool] = ...) -> None: ...
 
 class QuantizationSpec(_message.Message):
-    __slots__ = ("mode", "double_quant", "cache")
+    __slots__ = ("mode", "double_quant", "cache", "fp8")
     MODE_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_QUANT_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
+    FP8_FIELD_NUMBER: _ClassVar[int]
     mode: str
     double_quant: bool
     cache: bool
-    def __init__(self, mode: _Optional[str] = ..., double_quant: _Optional[bool] = ..., cache: _Optional[bool] = ...) -> None: ...
+    fp8: bool
+    def __init__(self, mode: _Optional[str] = ..., double_quant: _Optional[bool] = ..., cache: _Optional[bool] = ..., fp8: _Optional[bool] = ...) -> None: ...
 
 class LoraSpec(_message.Message):
     __slots__ = ("r", "alpha", "dropout", "target_modules", "modules_to_save", "fused")

@@ -35,7 +35,7 @@ def loss_and_grads(spec, patch: bool, compiled: bool = False):
     base = load_base(spec, device, Single())
     if patch:
         kernels.apply(base, kernels.choose(spec, "cuda", base.config.model_type))
-    model = apply_lora(base, spec)
+    model = apply_lora(base, spec, fp8=spec.quantization.fp8)
     if compiled:
         compile_layers(model)  # inductor, as model.compile runs it
     gen = torch.Generator().manual_seed(0)
@@ -97,6 +97,24 @@ def test_lora_fused_over_nf4_and_liger_gives_peft_s_loss_and_gradients(tiny_spec
     for name, grad in grads.items():
         if ref_grads[name].abs().max() > 0:
             assert torch.nn.functional.cosine_similarity(grad, ref_grads[name], dim=0) > 0.99, name
+
+
+def test_fp8_base_matmuls_over_nf4_and_liger_train_what_bf16_does(tiny_spec):
+    """quantization.fp8 on the GPU it is for: the base's two matmuls per adapted layer on FP8 tensor cores; FP8's
+    precision, so the loss to 2% and each gradient's direction."""
+    import torch
+
+    from ray_jobs.fp8 import usable
+
+    assert usable(torch.device("cuda")) == (True, "fp8 base matmuls (rowwise)")
+    spec = qlora_gpu(tiny_spec)
+    ref_loss, ref_grads = loss_and_grads(spec, patch=True)
+    loss, grads = loss_and_grads(spec.replace(quantization=dataclasses.replace(spec.quantization, fp8=True)), patch=True)
+    assert loss == pytest.approx(ref_loss, rel=2e-2)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        if ref_grads[name].abs().max() > 0:
+            assert torch.nn.functional.cosine_similarity(grad, ref_grads[name], dim=0) > 0.98, name
 
 
 def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec):

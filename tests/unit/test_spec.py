@@ -33,6 +33,7 @@ INVALID = [
     ("quantization", "mode", "fp4", "quantization.mode"),
     ("quantization", "double_quant", "yes", "quantization.double_quant"),
     ("quantization", "cache", "yes", "quantization.cache"),
+    ("quantization", "fp8", "yes", "quantization.fp8"),
     ("lora", "r", 0, "lora.r"),
     ("lora", "alpha", -1, "lora.alpha"),
     ("lora", "dropout", 1.0, "lora.dropout"),

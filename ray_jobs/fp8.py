@@ -1,0 +1,91 @@
+"""``quantization.fp8``: the frozen base's matmuls on the GPU's FP8 tensor cores (Hopper, Ada), the adapter's in bf16.
+
+In the 7B preset's profile on an H200, matmuls were 59% of the GPU's time, most of them the frozen base's: its
+forward and, in backward, the gradient through it to the layer below (its own weights take no gradient).
+An H200 does about twice the FP8 FLOP/s of bf16. Here each of those two matmuls per adapted layer runs as
+``torch._scaled_mm`` in ``float8_e4m3fn``, with one scale per row: per token of the input (or of the incoming gradient)
+and per output channel of the weight, torchao's "rowwise" recipe, the finer of its two. The dequantized NF4 weight is
+cast the same way, and its NF4 storage stays as it is. LoRA's A and B, the norms, attention and the loss are untouched.
+
+What it costs is precision: e4m3 keeps 3 mantissa bits. So it is an option, off by default, and a run reports its
+loss beside the bf16 run's (``bench/RESULTS.md``). Only training runs in FP8: evaluation and generation (no gradient)
+see the bf16 base, as a server would. On CPU the same ``_scaled_mm`` runs (slowly), which is what the tests
+use; a GPU without FP8 tensor cores trains in bf16, and the summary's kernels line says why.
+
+Written here and not taken from torchao: torchao's float8 training converts ``nn.Linear`` modules whose weights
+are trained in high precision; a frozen NF4 weight that is dequantized per call, with no weight gradient, is not a
+case it covers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+_MAX = torch.finfo(FP8).max
+
+
+def usable(device: torch.device) -> tuple[bool, str]:
+    """Whether this worker's device runs FP8 matmuls, and if not, why (for the summary)."""
+    if device.type != "cuda":
+        return True, "fp8 base matmuls (rowwise, emulated on CPU)"
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        return False, f"fp8 off: {torch.cuda.get_device_name(device)} has no FP8 tensor cores (Ada or Hopper needed)"
+    return True, "fp8 base matmuls (rowwise)"
+
+
+def base_forward(layer: Any, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for a frozen linear base layer (bitsandbytes' ``Linear4bit`` or a plain ``nn.Linear``), its matmul
+    and the one in its backward in FP8."""
+    if (x.numel() // x.shape[-1]) % 16:  # FP8 GEMMs take rows in multiples of 16 (packed training rows always are)
+        return layer(x)
+    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+    with torch.autocast(x.device.type, enabled=False):
+        out = _FrozenFP8Linear.apply(x.to(dtype), layer)
+        bias = getattr(layer, "bias", None)
+        return out if bias is None else out + bias.to(dtype)
+
+
+class _FrozenFP8Linear(torch.autograd.Function):
+    """``x @ W.T`` and, in backward, ``grad @ W``, with ``W`` dequantized at each (as bitsandbytes does: nothing is
+    kept between forward and backward but the 4-bit weight itself). No gradient for ``W``: it is frozen."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, layer: Any) -> torch.Tensor:
+        ctx.layer = layer
+        weight = _weight(layer, x.dtype)
+        return _matmul(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        weight = _weight(ctx.layer, grad.dtype)
+        grad_in = _matmul(grad.reshape(-1, grad.shape[-1]), weight.t().contiguous())
+        return grad_in.view(*grad.shape[:-1], weight.shape[1]), None
+
+
+def _weight(layer: Any, dtype: torch.dtype) -> torch.Tensor:
+    """The layer's weight in ``dtype``, ``[out, in]``: a 4-bit one dequantized."""
+    weight = layer.weight
+    state = getattr(weight, "quant_state", None)
+    if state is not None:
+        import bitsandbytes.functional as bnb
+
+        return bnb.dequantize_4bit(weight.data, state).to(dtype)
+    return weight.to(dtype)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b.T`` for ``a [M, K]`` and ``b [N, K]``, both row-major, in FP8 with one scale per row of each."""
+    a8, a_scale = _rowwise(a)
+    b8, b_scale = _rowwise(b)
+    return torch._scaled_mm(a8, b8.t(), scale_a=a_scale, scale_b=b_scale.t(), out_dtype=a.dtype)
+
+
+def _rowwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t`` in FP8 with one float32 scale per row (``t ~= t8 * scale``); a row of zeros keeps scale 1. The scale is
+    rounded to ``t``'s dtype first, so the one ``t`` is divided by is exactly the one ``_scaled_mm`` multiplies by."""
+    amax = t.abs().amax(dim=1, keepdim=True)
+    scale = torch.where(amax > 0, amax / _MAX, torch.ones_like(amax))
+    return (t / scale).clamp(-_MAX, _MAX).to(FP8), scale.float()

@@ -1,0 +1,87 @@
+"""quantization.fp8 (ray_jobs.fp8): the frozen base's matmuls in FP8, run here by torch's CPU ``_scaled_mm``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ray_jobs import fp8
+from ray_jobs.model import apply_lora, autocast, load_base
+from ray_jobs.strategy import Single
+from rayft_contract.spec import SpecError
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.detach().float() - b.detach().float()).norm() / b.detach().float().norm())
+
+
+def test_a_frozen_linears_output_and_input_gradient_come_within_fp8s_precision_and_its_weight_gets_none():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48, bias=True).requires_grad_(False)
+    x = torch.randn(3, 16, 64, requires_grad=True)
+    out = fp8.base_forward(layer, x)
+    out.backward(torch.ones_like(out))
+    reference_x = x.detach().clone().requires_grad_()
+    reference = layer(reference_x)
+    reference.backward(torch.ones_like(reference))
+
+    assert out.shape == reference.shape and out.dtype == torch.float32
+    # e4m3 keeps 3 mantissa bits: a relative error of a few percent, far from a wrong result (about 1.4)
+    assert _relative(out, reference) < 0.05
+    assert _relative(x.grad, reference_x.grad) < 0.05
+    assert layer.weight.grad is None and layer.bias.grad is None
+
+
+def test_a_row_of_zeros_stays_zeros_and_large_values_do_not_overflow():
+    layer = torch.nn.Linear(32, 16, bias=False).requires_grad_(False)
+    x = torch.zeros(4, 32)
+    x[1] = 1e4  # far past e4m3's 448: the row's own scale takes it
+    out = fp8.base_forward(layer, x)
+    assert torch.isfinite(out).all() and out[0].abs().max() == 0 and _relative(out[1], layer(x)[1]) < 0.05
+
+
+def nf4_spec(tiny_spec, fp8_on: bool):
+    return tiny_spec.replace(
+        model=dataclasses.replace(tiny_spec.model, dtype="bfloat16"),
+        quantization=dataclasses.replace(tiny_spec.quantization, mode="nf4", fp8=fp8_on),
+        lora=dataclasses.replace(tiny_spec.lora, modules_to_save=()),
+    )
+
+
+def test_on_an_nf4_base_under_bf16_autocast_fp8_trains_what_bf16_does(tiny_spec):
+    """The QLoRA case: a forward and backward of the tiny model with the base's matmuls in FP8 against bf16; the loss
+    to 2% and each LoRA gradient's direction."""
+    results = {}
+    for on in (False, True):
+        spec = nf4_spec(tiny_spec, on)
+        model = apply_lora(load_base(spec, torch.device("cpu"), Single()), spec, fp8=on)
+        with torch.no_grad():  # lora_B starts at zero: make the update count
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(std=0.02, generator=torch.Generator().manual_seed(len(name)))
+        ids = torch.randint(3, 100, (2, 48), generator=torch.Generator().manual_seed(1))
+        with autocast(spec, torch.device("cpu")):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        flags = {m.rayft_fp8 for m in model.modules() if hasattr(m, "rayft_fp8")}
+        results[on] = float(loss), {n: p.grad.float().flatten() for n, p in model.named_parameters() if p.requires_grad}, flags
+    (plain_loss, plain, plain_flags), (loss, grads, flags) = results[False], results[True]
+    assert plain_flags == {False} and flags == {True}
+    assert loss == pytest.approx(plain_loss, rel=2e-2)
+    for name, grad in grads.items():
+        assert torch.nn.functional.cosine_similarity(grad, plain[name], dim=0) > 0.98, name
+
+
+def test_fp8_needs_the_fused_forward_and_an_nf4_or_unquantized_base(tiny_spec):
+    spec = nf4_spec(tiny_spec, True)
+    assert spec.quantization.fp8
+    with pytest.raises(SpecError, match=r"quantization.fp8: runs in lora.fused's forward"):
+        spec.replace(lora=dataclasses.replace(spec.lora, fused=False))
+    with pytest.raises(SpecError, match=r"quantization.fp8"):
+        spec.replace(quantization=dataclasses.replace(spec.quantization, mode="int8"))
+
+
+def test_a_cpu_worker_says_its_fp8_is_emulated():
+    assert fp8.usable(torch.device("cpu")) == (True, "fp8 base matmuls (rowwise, emulated on CPU)")
