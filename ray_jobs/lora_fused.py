@@ -96,5 +96,9 @@ def fuse(model: torch.nn.Module, fp8: bool = False) -> int:
         if target is not None:
             module.__class__ = target
             module.rayft_fp8 = fp8
+            if fp8:
+                from ray_jobs.fp8 import prepare
+
+                prepare(module.base_layer)
             fused += 1
     return fused

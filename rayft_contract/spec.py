@@ -124,7 +124,8 @@ class QuantizationSpec:
     fp8: bool = False
     """Run the frozen base's matmuls (its forward, and the gradient through it) in FP8 with one scale per row, on
     GPUs with FP8 tensor cores (Hopper, Ada); the adapter stays bf16 (``ray_jobs.fp8``). Trades precision for
-    speed, so off by default. Needs ``lora.fused`` (its forward carries it) and an ``nf4`` or unquantized base."""
+    speed, so off by default. Needs ``lora.fused`` (its forward carries it) and an ``nf4`` or unquantized base, not
+    FSDP. Holds the base in FP8 too, 2 bytes a parameter (13 GB for a 7B)."""
 
     def __post_init__(self) -> None:
         modes = typing.get_args(QuantMode)
@@ -457,6 +458,11 @@ class FineTuneSpec:
                 "quantization.fp8",
                 "runs in lora.fused's forward over an nf4 or unquantized base: set lora.fused: true and quantization.mode: "
                 "nf4 or none, or quantization.fp8: false",
+            )
+            _check(
+                self.scaling.strategy != "fsdp" or self.scaling.num_workers == 1,
+                "quantization.fp8",
+                "keeps each worker's whole base in FP8, which FSDP shards: use scaling.strategy: ddp, or quantization.fp8: false",
             )
         if self.train.early_stopping_patience is not None:
             _check(

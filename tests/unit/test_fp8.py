@@ -20,6 +20,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_a_frozen_linears_output_and_input_gradient_come_within_fp8s_precision_and_its_weight_gets_none():
     torch.manual_seed(0)
     layer = torch.nn.Linear(64, 48, bias=True).requires_grad_(False)
+    fp8.prepare(layer)
     x = torch.randn(3, 16, 64, requires_grad=True)
     out = fp8.base_forward(layer, x)
     out.backward(torch.ones_like(out))
@@ -36,7 +37,8 @@ def test_a_frozen_linears_output_and_input_gradient_come_within_fp8s_precision_a
 
 def test_a_row_of_zeros_stays_zeros_and_large_values_do_not_overflow():
     layer = torch.nn.Linear(32, 16, bias=False).requires_grad_(False)
-    x = torch.zeros(4, 32)
+    fp8.prepare(layer)
+    x = torch.zeros(16, 32)
     x[1] = 1e4  # far past e4m3's 448: the row's own scale takes it
     out = fp8.base_forward(layer, x)
     assert torch.isfinite(out).all() and out[0].abs().max() == 0 and _relative(out[1], layer(x)[1]) < 0.05
@@ -69,6 +71,9 @@ def test_on_an_nf4_base_under_bf16_autocast_fp8_trains_what_bf16_does(tiny_spec)
         results[on] = float(loss), {n: p.grad.float().flatten() for n, p in model.named_parameters() if p.requires_grad}, flags
     (plain_loss, plain, plain_flags), (loss, grads, flags) = results[False], results[True]
     assert plain_flags == {False} and flags == {True}
+    assert all(
+        w.dtype == fp8.FP8 for w in model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.rayft_fp8_weights[::2]
+    )
     assert loss == pytest.approx(plain_loss, rel=2e-2)
     for name, grad in grads.items():
         assert torch.nn.functional.cosine_similarity(grad, plain[name], dim=0) > 0.98, name
@@ -81,6 +86,8 @@ def test_fp8_needs_the_fused_forward_and_an_nf4_or_unquantized_base(tiny_spec):
         spec.replace(lora=dataclasses.replace(spec.lora, fused=False))
     with pytest.raises(SpecError, match=r"quantization.fp8"):
         spec.replace(quantization=dataclasses.replace(spec.quantization, mode="int8"))
+    with pytest.raises(SpecError, match=r"quantization.fp8: keeps each worker's whole base in FP8, which FSDP shards"):
+        spec.replace(scaling=dataclasses.replace(spec.scaling, strategy="fsdp", num_workers=2))
 
 
 def test_a_cpu_worker_says_its_fp8_is_emulated():
