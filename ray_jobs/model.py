@@ -132,8 +132,35 @@ def hold_base(spec: FineTuneSpec, device: torch.device) -> None:
     from ray_jobs.strategy import Single
 
     key = held_key(spec, device)
-    if key is not None:
-        _held[key] = load_base_from(spec, device, Single())
+    if key is None:
+        return
+    _held[key] = loaded = load_base_from(spec, device, Single())
+    if device.type == "cuda" and loaded.model.config._attn_implementation == "flex_attention":
+        compile_attention(spec, loaded.model, device)
+
+
+def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.device) -> None:
+    """One forward and backward of the base's decoder on packed rows of the job's shape (micro-batch x max_seq_len,
+    two examples a row), so that flex attention's kernels, forward and backward, are compiled in this process (or
+    read from the node's compile cache) before the job comes. The job's first step on a warm worker took 6.3 s
+    against a steady 3.7 (H200). Liger and LoRA, applied by the job, leave the attention call as it is."""
+    import torch
+
+    rows, width = spec.train.micro_batch_size, spec.data.max_seq_len
+    positions = torch.arange(width // 2, device=device).repeat(2).expand(rows, -1)
+    ids = torch.zeros(rows, width, dtype=torch.long, device=device)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    model.requires_grad_(False)  # the gradient goes to the inputs alone: no weight keeps one
+    try:
+        embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
+        with autocast(spec, device):
+            hidden = getattr(model, model.base_model_prefix)(inputs_embeds=embeds, position_ids=positions).last_hidden_state
+        hidden.float().mean().backward()
+    finally:
+        for param in trainable:
+            param.requires_grad_(True)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _take_held(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase | None:

@@ -97,7 +97,7 @@ class WarmWorker:
 
     def __init__(self, base: FineTuneSpec | None = None) -> None:
         """``base``: the spec of the job before, whose base (if on this node's disk) is loaded now and kept for a
-        job with the same (``ray_jobs.model.hold_base``)."""
+        job with the same, flex attention's kernels compiled on it (``ray_jobs.model.hold_base``)."""
         start = time.time()
         for name in WARM_IMPORTS:
             try:
@@ -202,6 +202,17 @@ class WarmPool:
                 "shape": dataclasses.asdict(self.shape),
             }
 
+    def release(self, token: Any) -> None:
+        """The job holding ``token`` is done with its worker: stop it now (the pool would see the token die soon)."""
+        import ray
+
+        with self.lock:
+            ended = [(t, w) for t, w in self.tokens if t == token]
+            self.tokens = [pair for pair in self.tokens if pair not in ended]
+        for _, worker in ended:
+            if worker is not None:
+                ray.kill(worker)
+
     def shut_down(self) -> None:
         with self.lock:
             self._stop_idle()
@@ -282,11 +293,14 @@ def _worker_class() -> Any:
 @dataclasses.dataclass
 class Lease:
     worker: Any
+    pool: Any
+    token: Any
 
     def end(self) -> None:
+        """Stop the worker and free its resources now (the pool would also, once the job's queue is gone)."""
         import ray
 
-        ray.kill(self.worker)  # the pool ends the lease too, when the job's queue dies; this frees the GPU now
+        ray.get(self.pool.release.remote(self.token))
 
 
 def take(spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettings | None = None) -> Lease | None:
@@ -306,7 +320,7 @@ def take(spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettin
         options = {"name": POOL_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
         pool = ray.remote(WarmPool).options(**options, num_cpus=0, max_concurrency=4).remote(settings, shape)
     worker = ray.get(pool.take.remote(shape, queue.actor, spec if shape is not None else None))
-    return Lease(worker) if worker is not None else None
+    return Lease(worker, pool, queue.actor) if worker is not None else None
 
 
 def fit(

@@ -120,3 +120,18 @@ def test_a_base_in_s3_is_never_held_it_is_read_with_the_jobs_own_keys(tiny_spec)
     in_s3 = tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path="s3://models/llama"))
     assert held_key(in_s3, torch.device("cpu")) is None
     assert held_key(tiny_spec, torch.device("cpu")) is not None
+
+
+def test_compiling_the_attention_ahead_runs_the_decoder_both_ways_and_leaves_no_gradient_on_the_base(tiny_spec):
+    """What a warm worker does on a GPU with flex attention (there, to compile its kernels), here with SDPA on CPU."""
+    from ray_jobs.model import compile_attention
+
+    model = load_base(tiny_spec, torch.device("cpu"), Single())
+    before = {n for n, p in model.named_parameters() if p.requires_grad}
+    attention, seen = model.model.layers[0].self_attn, []
+    attention.register_forward_hook(lambda module, args, kwargs, out: seen.append("forward"), with_kwargs=True)
+    attention.register_full_backward_hook(lambda module, grad_in, grad_out: seen.append("backward"))
+    compile_attention(tiny_spec, model, torch.device("cpu"))
+    assert seen == ["forward", "backward"]
+    assert all(p.grad is None for p in model.parameters())
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == before
