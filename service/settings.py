@@ -119,7 +119,10 @@ class ServiceSettings:
 
     @property
     def job_env(self) -> dict[str, str]:
-        """What every job is told by the operator, besides where to report: the warm pool's settings."""
+        """What every job is told by the operator, besides where to report: the warm pool's settings, when it is on
+        (off, a job stands down a pool left from before all the same: ``ray_jobs.warm_pool.take``)."""
+        if not self.warm_workers:
+            return {}
         return {"RAYFT_WARM_WORKERS": str(self.warm_workers), "RAYFT_WARM_IDLE_S": str(self.warm_idle_s)}
 
     @property

@@ -116,6 +116,6 @@ def test_the_warm_pool_settings_go_to_every_job_and_a_negative_one_is_refused_by
     monkeypatch.setenv("RAYFT_WARM_IDLE_S", "120")
     settings = ServiceSettings.from_env(auth=False)
     assert settings.job_env == {"RAYFT_WARM_WORKERS": "1", "RAYFT_WARM_IDLE_S": "120.0"}
-    assert ServiceSettings(auth=False).job_env["RAYFT_WARM_WORKERS"] == "0", "off unless the operator turns it on"
+    assert ServiceSettings(auth=False).job_env == {}, "off unless the operator turns it on: nothing more in a job's environment"
     with pytest.raises(ValueError, match=r"RAYFT_WARM_WORKERS, RAYFT_WARM_IDLE_S\): 0 or more, not -1"):
         ServiceSettings(auth=False, warm_workers=-1)
