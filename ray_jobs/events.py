@@ -27,12 +27,23 @@ class ForwardReports(UserCallback):
         self.queue = queue
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        report = Progress.from_dict(metrics[0])  # rank 0's
-        self.queue.put(Event("timing" if report.final else "progress", report.to_dict()))
+        self.queue.put(report_event(metrics[0]))  # rank 0's
 
     def after_exception(self, run_context: Any, worker_exceptions: dict[int, Exception]) -> None:
-        errors = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in worker_exceptions.items()}
-        self.queue.put(Event("failure", Failure(errors).to_dict()))
+        self.queue.put(failure_event(worker_exceptions))
+
+
+def report_event(metrics: dict[str, Any]) -> Event:
+    """A worker's report (a ``Progress`` as a dict) as the driver hears it: ``progress``, or ``timing`` for the
+    closing one. Ray Train's controller and a warm worker (``ray_jobs.session``) both send these."""
+    report = Progress.from_dict(metrics)
+    return Event("timing" if report.final else "progress", report.to_dict())
+
+
+def failure_event(errors: dict[Any, BaseException]) -> Event:
+    """Failed workers by rank, each as the first line of its error."""
+    lines = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in errors.items()}
+    return Event("failure", Failure(lines).to_dict())
 
 
 def fit_while_forwarding(fit: Callable[[], Fitted], queue: Any, sink: Callable[[Event], None]) -> Fitted:

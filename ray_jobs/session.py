@@ -198,9 +198,9 @@ class WarmSession:
         return f"warm: started {self.ready_for_s:.0f} s before the job, imports done (RAYFT_WARM_WORKERS)"
 
     def _put(self, metrics: dict[str, Any]) -> None:
-        from rayft_contract.events import Event
+        from ray_jobs.events import report_event
 
-        self.queue.put(Event("timing" if metrics.get("final") else "progress", metrics))
+        self.queue.put(report_event(metrics))
 
     def _prune(self) -> None:
         for old in sorted(self.checkpoints.list_dirs())[: -self.KEEP]:

@@ -213,11 +213,6 @@ class WarmPool:
             if worker is not None:
                 ray.kill(worker)
 
-    def shut_down(self) -> None:
-        with self.lock:
-            self._stop_idle()
-            self.settings = dataclasses.replace(self.settings, workers=0)
-
     def _tend(self) -> None:
         """End the leases of jobs that ended, stop idle workers past the idle time, start what is missing."""
         while True:
@@ -335,10 +330,8 @@ def fit(
     (``on_ray_train(loop, max_failures)`` fits and returns ``ray_jobs.events``' result)."""
     import ray
 
-    from ray_jobs.events import Fitted
+    from ray_jobs.events import Fitted, failure_event
     from ray_jobs.session import latest_in
-    from rayft_contract.events import Event
-    from rayft_contract.records import Failure
 
     failures = loop.spec.train.max_failures
     if lease is not None:
@@ -347,7 +340,7 @@ def fit(
             return Fitted(None, ray.get(lease.worker.train.remote(loop, datasets, queue, checkpoints, env)))
         except ray.exceptions.RayError as exc:
             cause = getattr(exc, "cause", None) or exc
-            queue.put(Event("failure", Failure({"0": f"{type(cause).__name__}: {cause}".splitlines()[0][:500]}).to_dict()))
+            queue.put(failure_event({0: cause}))
             if failures == 0:
                 return Fitted(cause)
             failures -= 1

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from ray_jobs import fp8
-from ray_jobs.model import apply_lora, autocast, load_base
+from ray_jobs.model import apply_lora, load_base
 from ray_jobs.strategy import Single
 from rayft_contract.spec import SpecError
+from tests.unit.lora_steps import autocast_step
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -59,16 +60,8 @@ def test_on_an_nf4_base_under_bf16_autocast_fp8_trains_what_bf16_does(tiny_spec)
     for on in (False, True):
         spec = nf4_spec(tiny_spec, on)
         model = apply_lora(load_base(spec, torch.device("cpu"), Single()), spec, fp8=on)
-        with torch.no_grad():  # lora_B starts at zero: make the update count
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.normal_(std=0.02, generator=torch.Generator().manual_seed(len(name)))
-        ids = torch.randint(3, 100, (2, 48), generator=torch.Generator().manual_seed(1))
-        with autocast(spec, torch.device("cpu")):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        flags = {m.rayft_fp8 for m in model.modules() if hasattr(m, "rayft_fp8")}
-        results[on] = float(loss), {n: p.grad.float().flatten() for n, p in model.named_parameters() if p.requires_grad}, flags
+        loss, grads = autocast_step(model, spec)
+        results[on] = loss, grads, {m.rayft_fp8 for m in model.modules() if hasattr(m, "rayft_fp8")}
     (plain_loss, plain, plain_flags), (loss, grads, flags) = results[False], results[True]
     assert plain_flags == {False} and flags == {True}
     assert all(

@@ -10,6 +10,7 @@ import torch
 from ray_jobs.lora_fused import fuse
 from ray_jobs.model import apply_lora, load_base
 from ray_jobs.strategy import Single
+from tests.unit.lora_steps import autocast_step, lora_b_off_zero
 
 
 def with_lora(spec, **changes):
@@ -19,10 +20,7 @@ def with_lora(spec, **changes):
 def step(spec, seed: int = 0) -> tuple[torch.nn.Module, float, dict[str, torch.Tensor]]:
     """The tiny model with LoRA (PEFT's forward, or the fused one as the spec says), one forward and backward."""
     model = apply_lora(load_base(spec, torch.device("cpu"), Single()), spec)
-    with torch.no_grad():  # lora_B starts at zero, where both forwards agree whatever they do: make it count
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(std=0.02, generator=torch.Generator().manual_seed(len(name)))
+    lora_b_off_zero(model)
     model.train()
     ids = torch.randint(3, 100, (2, 48), generator=torch.Generator().manual_seed(1))
     torch.manual_seed(seed)  # the same dropout masks on both paths
@@ -86,8 +84,6 @@ def test_fusing_counts_what_it_changed_and_leaves_a_model_without_lora_alone(tin
 def test_on_an_nf4_base_under_bf16_autocast_the_fused_update_trains_what_peft_s_does(tiny_spec):
     """The QLoRA case (bitsandbytes' CPU backend here): PEFT's 4-bit layer, its clone and bf16 roundings, against
     one addmm; bf16 rounds differently, so the check is the loss to 1% and each gradient's direction."""
-    from ray_jobs.model import autocast
-
     spec = tiny_spec.replace(
         model=dataclasses.replace(tiny_spec.model, dtype="bfloat16"),
         quantization=dataclasses.replace(tiny_spec.quantization, mode="nf4"),
@@ -97,16 +93,8 @@ def test_on_an_nf4_base_under_bf16_autocast_the_fused_update_trains_what_peft_s_
     for fused in (False, True):
         s = with_lora(spec, fused=fused)
         model = apply_lora(load_base(s, torch.device("cpu"), Single()), s)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.normal_(std=0.02, generator=torch.Generator().manual_seed(len(name)))
-        ids = torch.randint(3, 100, (2, 48), generator=torch.Generator().manual_seed(1))
-        with autocast(s, torch.device("cpu")):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        kinds = {type(m).__name__ for m in model.modules() if hasattr(m, "lora_A")}
-        results[fused] = float(loss), {n: p.grad.float().flatten() for n, p in model.named_parameters() if p.requires_grad}, kinds
+        loss, grads = autocast_step(model, s)
+        results[fused] = loss, grads, {type(m).__name__ for m in model.modules() if hasattr(m, "lora_A")}
     (plain_loss, plain, plain_kinds), (loss, grads, kinds) = results[False], results[True]
     assert plain_kinds == {"Linear4bit"} and kinds == {"FusedLinear4bit"}
     assert loss == pytest.approx(plain_loss, rel=1e-2)

@@ -45,9 +45,10 @@ def test_a_warm_workers_checkpoints_are_persisted_reported_after_and_the_newest_
 
     for step in (4, 8, 12):
         taken = _checkpoint_dir(tmp_path, step)
-        warm.report_checkpoint({"step": step, "checkpoint": True}, ray.train.Checkpoint.from_directory(str(taken)), upload)
-    warm.report({"step": 13})
-    warm.report({"step": 13, "final": True})
+        report = {"step": step, "total_steps": 13, "checkpoint": True}
+        warm.report_checkpoint(report, ray.train.Checkpoint.from_directory(str(taken)), upload)
+    warm.report({"step": 13, "total_steps": 13})
+    warm.report({"step": 13, "total_steps": 13, "final": True})
 
     assert uploaded == ["checkpoint_00000004", "checkpoint_00000008", "checkpoint_00000012"]
     events = [warm.queue.events.get_nowait() for _ in range(5)]
@@ -73,9 +74,9 @@ def test_a_failed_upload_fails_the_loop_at_its_next_report_and_nothing_is_report
         raise OSError("No space left on device")
 
     taken = ray.train.Checkpoint.from_directory(str(_checkpoint_dir(tmp_path, 4)))
-    warm.report_checkpoint({"step": 4, "checkpoint": True}, taken, upload)
+    warm.report_checkpoint({"step": 4, "total_steps": 8, "checkpoint": True}, taken, upload)
     with pytest.raises(OSError, match="No space left"):
-        warm.report({"step": 5})
+        warm.report({"step": 5, "total_steps": 8})
     assert warm.queue.events.empty() and warm.latest is None
 
 
