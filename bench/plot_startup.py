@@ -23,6 +23,7 @@ BEFORE_THE_FIRST_STEP = {  # the phase table's rows that come before the first s
     "worker launch (controller, placement, worker process": "worker launch",
     "worker start (imports, process group)": "worker start (imports)",
     "model load": "model load",
+    "worker setup": "worker setup",
     "warm-up steps": "first step",
 }
 

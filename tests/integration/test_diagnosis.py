@@ -63,7 +63,7 @@ def test_slow_tokenizer_is_data_bound(ray_cluster, tiny_spec):
     # dataset) the first step waits for every row and no later step waits, so there is no steady
     # data-bound state to diagnose.
     chaos = Chaos(tokenize_delay_s=1.0)
-    summary, events, _ = profiled(tiny_spec, chaos, steps=20, cache=False, tokenize_batch_size=16, shuffle_buffer_rows=8)
+    summary, events, _ = profiled(tiny_spec, chaos, steps=10, cache=False, tokenize_batch_size=16, shuffle_buffer_rows=8)
     assert kinds(summary) == ["data_bound"], summary.diagnosis
     assert "data.tokenize_workers" in summary.diagnosis[0].message
     assert events == ["data_bound"]

@@ -43,14 +43,21 @@ def _losses(events) -> dict[int, float]:
     return {e.data["step"]: e.data["loss"] for e in events if e.kind == "progress"}
 
 
-def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_and_after_it_fails_ray_train_resumes_its_checkpoint(
+def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_ray_train_resumes_its_failure_and_other_jobs_stand_the_pool_down(
     warm_pool_on, tiny_spec
 ):
     """Job 1 finds the pool empty: Ray Train runs it, and the pool stands down while it does. Once it ended,
     the pool starts a worker, which loads job 1's base ahead. Job 2 (same recipe, another name) takes that worker
     and that base; it fails at step 6, and Ray Train resumes from the checkpoint the warm worker wrote at step 4.
-    At every step both jobs have the same loss."""
+    At every step both jobs have the same loss.
+
+    Then the pool's life goes on (one pool: each worker it starts costs its imports, about 15 s here). The pool
+    never keeps a job waiting: a job that takes no warm worker (here one of two DDP workers) stops the idle ones
+    first, and no new one starts until that job's queue is gone, its end."""
     import ray
+    from ray.util.queue import Queue
+
+    from ray_jobs import warm_pool
 
     spec = tiny_spec.replace(
         scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
@@ -88,34 +95,19 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_and_after_it
     state = ray.get(pool.describe.remote())
     assert state["lent_in_all"] == 1 and state["lent"] == 0, state
 
-
-def test_a_job_no_warm_worker_can_run_stands_the_pool_down_until_it_ends_then_the_pool_fills_again(warm_pool_on, tiny_spec):
-    """The pool never keeps a job waiting: a job that takes no warm worker (here one of two DDP workers) stops the
-    idle ones first, and no new one starts until that job's queue is gone, its end."""
-    import ray
-    from ray.util.queue import Queue
-
-    from ray_jobs import warm_pool
-
-    one = tiny_spec.replace(scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1))
-    first = Queue()
-    assert warm_pool.take(one, first) is None, "a new pool is empty: this job runs on Ray Train"
-    pool = ray.get_actor(POOL_NAME, namespace=NAMESPACE)
-    assert ray.get(pool.describe.remote())["standing_down_for"] == 1
-    ray.kill(first.actor)  # the job ended
-    assert _wait_for_a_ready_worker(pool)["started"] == 1
-
+    # Job 2 is over: its replacement starts (the pool's second worker).
+    assert _wait_for_a_ready_worker(pool)["started"] == 2
     two_workers = Queue()
-    assert warm_pool.take(tiny_spec, two_workers) is None
+    assert warm_pool.take(tiny_spec, two_workers) is None, "a two-worker job runs on Ray Train"
     state = ray.get(pool.describe.remote())
     assert state["idle"] == 0 and state["standing_down_for"] == 1, state
     time.sleep(3 * warm_pool.WarmPool.CHECK_S)  # the pool looks every CHECK_S: it must not start one meanwhile
-    assert ray.get(pool.describe.remote())["started"] == 1, "nothing started while that job holds its resources"
-    ray.kill(two_workers.actor)
-    assert _wait_for_a_ready_worker(pool)["started"] == 2
+    assert ray.get(pool.describe.remote())["started"] == 2, "nothing started while that job holds its resources"
+    ray.kill(two_workers.actor)  # the job ended
+    assert _wait_for_a_ready_worker(pool)["started"] == 3
 
     lent = Queue()
-    lease = warm_pool.take(one, lent)
+    lease = warm_pool.take(spec, lent)
     assert lease is not None and ray.get(pool.describe.remote())["lent"] == 1
     lease.end()
     ray.kill(lent.actor)
