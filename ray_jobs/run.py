@@ -127,8 +127,7 @@ class _Job:
 
     def run(self, address: str | None) -> JobResult:
         spec, profile, emit = self.spec, self.profile, self.emit
-        # Beside the connect, the fetch, the data and the trainer's set-up (tensorboardX alone imports torch: 3.5 s). On
-        # an H200 they took 3.7 s in front of them, and still 3.3 s after the connect once a warm worker took the rest.
+        # MLflow and W&B open beside the connect, fetch, data and set-up; TensorBoard at the fit's start (open_tensorboard).
         self.opening = _in_background(Trackers.open, spec, self.staging, self.identity.owner)
         emit(Event("phase", JobPhase("connect").to_dict()))
         with profile.phase("connect"):
@@ -180,6 +179,7 @@ class _Job:
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
             profile.fit_start = time.time()
+            self.trackers.open_tensorboard()  # its import beside the workers' start, not the connect
             fit = functools.partial(warm_pool.fit, lease, loop, prepared.datasets, checkpoints, queue, on_ray_train)
             result = fit_while_forwarding(fit, queue, self.record)
             profile.fit_end = result.end

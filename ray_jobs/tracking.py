@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +55,37 @@ MAX_PARAM_CHARS = 6000
 class Trackers:
     """The job's live sinks. ``add`` every event, then ``finish`` once (``None`` summary: the job failed)."""
 
-    tensorboard: Any
+    logdir: Path
     mlflow: _MlflowRun | None = None
     wandb: _WandbRun | None = None
     ray: _RayMetrics | None = None
+    _opening: Future[Any] | None = None
 
     @classmethod
     def open(cls, spec: FineTuneSpec, staging: Path, owner: str) -> Trackers:
-        from tensorboardX import SummaryWriter
-
+        """MLflow's and W&B's runs; TensorBoard's writer comes with :meth:`open_tensorboard`."""
         mlflow = _MlflowRun.start(spec, staging, owner) if spec.tracking.mlflow else None
         wandb = _WandbRun.start(spec, staging, owner) if spec.tracking.wandb else None
-        return cls(SummaryWriter(str(staging / "tensorboard")), mlflow, wandb)
+        return cls(staging / "tensorboard", mlflow, wandb)
+
+    def open_tensorboard(self) -> None:
+        """Start making TensorBoard's writer on a thread: once the workers are starting, not beside the connect.
+        tensorboardX imports torch (3.5 s on an H200 host), and an import holds Python's lock: opened beside the
+        connect, the connect took 5.3-6.1 s on a warm worker's job instead of 2.3-2.4 s (``bench/RESULTS.md``). While the
+        workers start, the driver has nothing else to do; the first report waits for the writer if it must."""
+        if self._opening is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(1, thread_name_prefix="rayft-tensorboard")
+            self._opening = pool.submit(_summary_writer, self.logdir)
+            pool.shutdown(wait=False)  # the thread ends with the writer made
+
+    @property
+    def tensorboard(self) -> Any:
+        """The writer (``tensorboardX.SummaryWriter``), made now if :meth:`open_tensorboard` was not called."""
+        self.open_tensorboard()
+        assert self._opening is not None
+        return self._opening.result()
 
     def join_cluster(self, spec: FineTuneSpec, owner: str) -> None:
         """The job's Ray gauges, once the driver is on the cluster (before it, none would be exported)."""
@@ -100,6 +120,12 @@ class Trackers:
             self.mlflow.end(summary)
         if self.wandb is not None:
             self.wandb.end(summary)
+
+
+def _summary_writer(logdir: Path) -> Any:
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter(str(logdir))
 
 
 RAY_GAUGES = {

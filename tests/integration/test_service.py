@@ -119,11 +119,14 @@ def paused_server(tmp_path, tokens, policy):
 
 
 def tiny_job(tiny_spec, name: str, steps: int = 10):
-    """The tiny preset as a team submits it: no output.dir of its own (the service puts it under the team's root)."""
+    """The tiny preset as a team submits it: no output.dir of its own (the service puts it under the team's root).
+    One training worker: these tests are about the service, and two workers cost each job about 2 s more on 2 cores
+    (several jobs run at once in some); two workers under DDP and FSDP are ``test_train_job.py``'s subject."""
     spec = tiny_spec.replace(
         name=name,
         data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
         output=dataclasses.replace(tiny_spec.output, dir="runs"),
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
     )
     return spec.replace(
         train=dataclasses.replace(spec.train, max_steps=steps, log_every=2, eval_every=None, checkpoint_every=steps)
