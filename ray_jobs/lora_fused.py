@@ -29,7 +29,7 @@ class _FusedForward:
     """Mixed in before a PEFT LoRA layer class: its forward, fused where it is the plain case."""
 
     rayft_fp8 = False
-    """The base layer's matmuls in FP8 (``quantization.fp8``, ``ray_jobs.fp8``); set by :func:`fuse`."""
+    """The base layer's matmuls in FP8 (``quantization.fp8``, ``ray_jobs.fp8``); set by :func:`enable_fp8`."""
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         adapter = _plain_adapter(self) if not args and not kwargs else None
@@ -95,10 +95,21 @@ def fuse(model: torch.nn.Module, fp8: bool = False) -> int:
         target = _FUSED.get(type(module))
         if target is not None:
             module.__class__ = target
-            module.rayft_fp8 = fp8
-            if fp8:
-                from ray_jobs.fp8 import prepare
-
-                prepare(module.base_layer)
             fused += 1
+    if fp8:
+        enable_fp8(model)
     return fused
+
+
+def fused_layers(model: torch.nn.Module) -> list[Any]:
+    """The layers :func:`fuse` gave the fused forward."""
+    return [module for module in model.modules() if isinstance(module, _FusedForward)]
+
+
+def enable_fp8(model: torch.nn.Module) -> None:
+    """The fused layers' base matmuls in FP8 from now on (``ray_jobs.fp8``): their FP8 weights are made here."""
+    from ray_jobs.fp8 import prepare
+
+    for module in fused_layers(model):
+        prepare(module.base_layer)
+        module.rayft_fp8 = True

@@ -114,7 +114,7 @@ class _Loop:
         import psutil
         import torch
 
-        from ray_jobs.fp8 import usable
+        from ray_jobs import fp8
 
         spec, train, runner = cfg.spec, cfg.spec.train, session.current()  # Ray Train's worker, or a warm one
         rank, world = runner.rank, runner.world
@@ -136,10 +136,10 @@ class _Loop:
             base = (loaded := load_base_from(spec, device, strategy)).model
             fused = kernels.choose(spec, device.type, base.config.model_type)
             kernels.apply(base, fused)  # before LoRA: Liger patches the base's own modules
-            fp8, fp8_line = usable(device) if spec.quantization.fp8 else (False, "")  # ray_jobs.fp8
-            model = apply_lora(base, spec, fp8)
+            model = apply_lora(base, spec)
             trainable, total = count_parameters(model)
             shape = model_shape(model, train.gradient_checkpointing)
+            fp8_line = fp8.enable(model, spec, shape, trainable, device, world) if spec.quantization.fp8 else ""
             chosen = fit_plan(spec, shape, trainable, device, world)
             if chosen.gradient_checkpointing:
                 checkpoint_activations(model)

@@ -85,3 +85,22 @@ def test_fp8_needs_the_fused_forward_and_an_nf4_or_unquantized_base(tiny_spec):
 
 def test_a_cpu_worker_says_its_fp8_is_emulated():
     assert fp8.usable(torch.device("cpu")) == (True, "fp8 base matmuls (rowwise, emulated on CPU)")
+
+
+def test_enabling_fp8_on_a_fused_lora_model_prepares_every_adapted_layer_and_counts_its_bytes(tiny_spec):
+    """The loop's path (``fp8.enable`` after LoRA, before the memory plan): on CPU the spec decides, so every fused
+    layer gets its FP8 weights; what they cost is one byte a base weight, twice."""
+    from ray_jobs.lora_fused import fused_layers
+    from ray_jobs.profile import model_shape
+
+    spec = nf4_spec(tiny_spec, fp8_on=True)
+    model = apply_lora(load_base(spec, torch.device("cpu"), Single()), spec)
+    layers = fused_layers(model)
+    assert layers and not any(m.rayft_fp8 for m in layers)
+    expected = sum(2 * m.base_layer.in_features * m.base_layer.out_features for m in layers)
+    assert fp8.weight_bytes(model) == expected
+    line = fp8.enable(model, spec, model_shape(model), 0, torch.device("cpu"), world=1)
+    assert line == "fp8 base matmuls (rowwise, emulated on CPU)"
+    assert all(m.rayft_fp8 and hasattr(m.base_layer, "rayft_fp8_weights") for m in layers)
+    made = sum(w.numel() for m in layers for w in m.base_layer.rayft_fp8_weights if w.dtype == fp8.FP8)
+    assert made == expected

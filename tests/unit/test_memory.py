@@ -95,6 +95,26 @@ def test_when_one_row_a_piece_is_too_much_a_worker_alone_turns_gradient_checkpoi
     assert not plan(8, 2048, with_gc, 40_000_000, free_bytes=3 * GIB, alone=True).gradient_checkpointing
 
 
+FP8_7B = 2 * 6_476_000_000
+"""What ``quantization.fp8`` adds for the 7B base: one byte a base weight, in two layouts (12 GiB)."""
+
+
+def test_fp8_stays_on_where_its_weights_cost_the_micro_batch_nothing_and_off_where_they_would():
+    from ray_jobs.memory import fp8_cost
+
+    def cost(free_gib):
+        return fp8_cost(8, 2048, LLAMA_7B, 40_000_000, free_gib * GIB, FP8_7B, alone=True)
+
+    assert cost(134) == "", "an H200: micro-batch 8 either way"
+    assert cost(75) == "", "an 80 GB GPU: micro-batch 4 either way"
+    assert cost(19) == (  # a 24 GB GPU: bf16 at micro-batch 1 beats FP8 with gradient checkpointing
+        "fp8 off: its 12 GiB of FP8 weights would leave 7 of 19 GiB free, micro-batch 4, gradient checkpointing on "
+        "instead of micro-batch 1"
+    )
+    assert cost(12.5).endswith("free, too little for one row instead of micro-batch 1")
+    assert "too little for one row instead of too little for one row" in cost(0.5)
+
+
 def test_a_planned_split_can_still_back_off_once_more():
     micro = MicroBatches(size=8, world=1)
     micro.follow(Plan(split=2, reason="planned"))
