@@ -35,7 +35,12 @@ def loss_and_grads(spec, patch: bool, compiled: bool = False):
     base = load_base(spec, device, Single())
     if patch:
         kernels.apply(base, kernels.choose(spec, "cuda", base.config.model_type))
-    model = apply_lora(base, spec, fp8=spec.quantization.fp8)
+    model = apply_lora(base, spec)
+    if spec.quantization.fp8:  # as the loop decides it: on, where the FP8 weights cost the micro-batch nothing
+        from ray_jobs import fp8
+        from ray_jobs.profile import model_shape
+
+        assert fp8.enable(model, spec, model_shape(model), 0, device, world=1) == "fp8 base matmuls (rowwise)"
     if compiled:
         compile_layers(model)  # inductor, as model.compile runs it
     gen = torch.Generator().manual_seed(0)
