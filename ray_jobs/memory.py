@@ -173,9 +173,12 @@ def _describe(size: int, fit: tuple[int, bool] | None, shape: ModelShape) -> str
 
 def free_gpu_bytes(device: Any) -> float:
     """What this process may still allocate on ``device``: the device's free memory, or less where the
-    process is capped (``torch.cuda.set_per_process_memory_fraction``: a MIG slice, a test)."""
+    process is capped (``torch.cuda.set_per_process_memory_fraction``: a MIG slice, a test). A device without an index
+    (``cuda``) is the current one: the cap's query needs the index."""
     import torch
 
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     free, total = torch.cuda.mem_get_info(device)
     cap = torch.cuda.get_per_process_memory_fraction(device) * total - torch.cuda.memory_reserved(device)
     return float(min(free, cap))
