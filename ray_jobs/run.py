@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_jobs import local_ray, preflight, storage
+from ray_jobs.background import in_background
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.checkpoint import RunIdentity
 from ray_jobs.checkpoint import step_of as checkpoint_step
@@ -128,7 +129,7 @@ class _Job:
     def run(self, address: str | None) -> JobResult:
         spec, profile, emit = self.spec, self.profile, self.emit
         # MLflow and W&B open beside the connect, fetch, data and set-up; TensorBoard at the fit's start (open_tensorboard).
-        self.opening = _in_background(Trackers.open, spec, self.staging, self.identity.owner)
+        self.opening = in_background(Trackers.open, spec, self.staging, self.identity.owner)
         emit(Event("phase", JobPhase("connect").to_dict()))
         with profile.phase("connect"):
             local_ray.connect(address, spec)
@@ -175,7 +176,7 @@ class _Job:
             self.trackers.join_cluster(spec, self.identity.owner)  # Ray's gauges: after connect, or none are exported
         emit(Event("phase", JobPhase("training", prepared.cache.describe(), total_steps).to_dict()))
         # The driver waits while the workers train: the tokenizer the adapter ships with loads meanwhile.
-        tokenizer = _in_background(_adapter_tokenizer, model.path, spec)
+        tokenizer = in_background(_adapter_tokenizer, model.path, spec)
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
             profile.fit_start = time.time()
@@ -342,17 +343,6 @@ def _count_steps(spec: FineTuneSpec, prepared: Any) -> int:
             f"the dataset packs into {rows_per_worker} rows per worker, too few for one step; lower micro_batch_size, global_batch_size or num_workers",
         )
     return steps_per_epoch * spec.train.epochs
-
-
-def _in_background(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on a thread of its own; the returned future's ``result()`` waits for it (or raises)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(1, thread_name_prefix=f"rayft-{fn.__name__.strip('_')}")
-    try:
-        return pool.submit(fn, *args)
-    finally:
-        pool.shutdown(wait=False)  # the thread ends with fn
 
 
 def _adapter_tokenizer(model_dir: str, spec: FineTuneSpec) -> Any:

@@ -74,11 +74,9 @@ class Trackers:
         connect, the connect took 5.3-6.1 s on a warm worker's job instead of 2.3-2.4 s (``bench/RESULTS.md``). While the
         workers start, the driver has nothing else to do; the first report waits for the writer if it must."""
         if self._opening is None:
-            from concurrent.futures import ThreadPoolExecutor
+            from ray_jobs.background import in_background
 
-            pool = ThreadPoolExecutor(1, thread_name_prefix="rayft-tensorboard")
-            self._opening = pool.submit(_summary_writer, self.logdir)
-            pool.shutdown(wait=False)  # the thread ends with the writer made
+            self._opening = in_background(_tensorboard, self.logdir)
 
     @property
     def tensorboard(self) -> Any:
@@ -122,7 +120,7 @@ class Trackers:
             self.wandb.end(summary)
 
 
-def _summary_writer(logdir: Path) -> Any:
+def _tensorboard(logdir: Path) -> Any:
     from tensorboardX import SummaryWriter
 
     return SummaryWriter(str(logdir))
