@@ -54,6 +54,20 @@ def enable(model: Any, spec: Any, shape: Any, trainable: int, device: torch.devi
     return line
 
 
+def warm_up(device: torch.device, widths: tuple[int, ...]) -> bool:
+    """Compile :data:`_rowwise_compiled` and make cuBLASLt's first FP8 call in this process, on a warm worker before its
+    job comes (``ray_jobs.model.hold_base``), so that the job's first step does neither. Rows of ``widths`` (the
+    layers' input widths), 16 of them: the GPU's smallest FP8 GEMM. Returns whether it ran (only where FP8 runs on
+    tensor cores; on CPU there is nothing to compile)."""
+    if not usable(device)[0] or device.type != "cuda":
+        return False
+    for width in widths:
+        a = torch.randn(16, width, device=device, dtype=torch.bfloat16)
+        b8, b_scale = _rowwise(torch.randn(16, width, device=device, dtype=torch.bfloat16))
+        _matmul(a, b8, b_scale)
+    return True
+
+
 def weight_bytes(model: Any) -> int:
     """What :func:`prepare` adds for the fused layers of ``model``: one byte a base weight, in two layouts."""
     from ray_jobs.lora_fused import fused_layers

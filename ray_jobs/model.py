@@ -137,6 +137,11 @@ def hold_base(spec: FineTuneSpec, device: torch.device) -> None:
     _held[key] = loaded = load_base_from(spec, device, Single())
     if device.type == "cuda" and loaded.model.config._attn_implementation == "flex_attention":
         compile_attention(spec, loaded.model, device)
+    if spec.quantization.fp8:  # its row scaling's compile and cuBLASLt's first FP8 call, out of the job's first step
+        from ray_jobs import fp8
+
+        config = loaded.model.config
+        fp8.warm_up(device, (config.hidden_size, config.intermediate_size))
 
 
 def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.device) -> None:

@@ -122,6 +122,26 @@ def test_fp8_base_matmuls_over_nf4_and_liger_train_what_bf16_does(tiny_spec):
             assert torch.nn.functional.cosine_similarity(grad, ref_grads[name], dim=0) > 0.98, name
 
 
+def test_a_warm_worker_compiles_fp8_s_row_scaling_ahead_and_the_job_s_own_shapes_compile_nothing_more():
+    """What ``hold_base`` does for an FP8 job on a warm worker (``fp8.warm_up``): one compile of the row scaling, with
+    dynamic shapes, that the job's micro-batches and layer widths then reuse in its first step."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from ray_jobs import fp8
+
+    device = torch.device("cuda", 0)
+    torch._dynamo.reset()  # whatever an earlier test compiled
+    before = counters["stats"]["unique_graphs"]
+    assert fp8.warm_up(device, (256, 688))
+    warmed = counters["stats"]["unique_graphs"]
+    assert warmed > before, "the warm-up compiled the row scaling"
+    for rows, width, out in ((8 * 2048, 256, 688), (4 * 1024, 688, 256), (2048, 256, 256)):
+        b8, b_scale = fp8._rowwise(torch.randn(out, width, device=device, dtype=torch.bfloat16))
+        fp8._matmul(torch.randn(rows, width, device=device, dtype=torch.bfloat16), b8, b_scale)
+    assert counters["stats"]["unique_graphs"] == warmed, "the job's shapes recompiled what the warm-up compiled"
+
+
 def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec):
     """What model.attn_implementation: auto picks on a GPU: the same masked attention (no token sees another packed
     example), computed block-sparse."""

@@ -83,8 +83,9 @@ def test_fp8_needs_the_fused_forward_and_an_nf4_or_unquantized_base(tiny_spec):
         spec.replace(scaling=dataclasses.replace(spec.scaling, strategy="fsdp", num_workers=2))
 
 
-def test_a_cpu_worker_says_its_fp8_is_emulated():
+def test_a_cpu_worker_says_its_fp8_is_emulated_and_has_nothing_to_compile_ahead():
     assert fp8.usable(torch.device("cpu")) == (True, "fp8 base matmuls (rowwise, emulated on CPU)")
+    assert not fp8.warm_up(torch.device("cpu"), (64,)), "on CPU the row scaling runs eager: no warm-up (the gpu test has it)"
 
 
 def test_enabling_fp8_on_a_fused_lora_model_prepares_every_adapted_layer_and_counts_its_bytes(tiny_spec):

@@ -135,3 +135,25 @@ def test_compiling_the_attention_ahead_runs_the_decoder_both_ways_and_leaves_no_
     assert seen == ["forward", "backward"]
     assert all(p.grad is None for p in model.parameters())
     assert {n for n, p in model.named_parameters() if p.requires_grad} == before
+
+
+def test_a_warm_worker_holding_an_fp8_jobs_base_warms_fp8_up_for_the_bases_layer_widths(tiny_spec, monkeypatch):
+    """The wiring: ``hold_base`` hands the base's widths to ``fp8.warm_up`` (which compiles only on a GPU: the gpu test
+    checks the compile and that the job's shapes reuse it)."""
+    from ray_jobs import fp8
+    from ray_jobs import model as models
+
+    calls = []
+    warm_up = fp8.warm_up
+    monkeypatch.setattr(fp8, "warm_up", lambda device, widths: calls.append(widths) or warm_up(device, widths))
+    spec = tiny_spec.replace(
+        quantization=dataclasses.replace(tiny_spec.quantization, fp8=True),
+        lora=dataclasses.replace(tiny_spec.lora, fused=True),
+    )
+    models.hold_base(spec, torch.device("cpu"))
+    config = next(iter(models._held.values())).model.config
+    models._held.clear()
+    assert calls == [(config.hidden_size, config.intermediate_size)]
+    models.hold_base(tiny_spec, torch.device("cpu"))
+    models._held.clear()
+    assert len(calls) == 1, "a bf16 job's base warms no FP8"
