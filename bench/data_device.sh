@@ -3,11 +3,17 @@
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: bash bench/data_device.sh            (about 3 minutes)
 #   the issue-14 table: ROWS=1000000 EXTRA="--real-tokenizer --small-rows 200000" bash bench/data_device.sh
+# CPU_SAMPLE=1: bench/cpu_by_process.py samples every process's CPU time and the cores' clock through the fills, and
+#   writes where the host's cores went, by role, with 1 and with 8 or more tokenizer actors busy ($OUT/cpu_by_role.json).
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 echo "CPUs: $(nproc)"
+if [ "${CPU_SAMPLE:-}" = 1 ]; then
+  rm -f /tmp/cpu.jsonl; python3 bench/cpu_by_process.py sample /tmp/cpu.jsonl & sampler=$!
+  trap 'kill $sampler 2>/dev/null; python3 bench/cpu_by_process.py summary /tmp/cpu.jsonl > "$OUT/cpu_by_role.json"' EXIT
+fi
 # -u and --line-buffered: a call cut off at its time limit still brings back what it measured ($OUT/log.txt).
 python3 -u bench/data_bench.py --workers ${WORKERS:-1,2,4,8,14} --rows ${ROWS:-40000} --skip-start ${EXTRA:-} 2>&1 \
     | grep --line-buffered -v "raylet\|WARNING\|core_worker.cc" | while IFS= read -r line; do echo "$(date +%T) $line"; done \

@@ -1,0 +1,126 @@
+"""Where a host's CPU time goes while Ray Data fills the cache: CPU seconds by process role, and the cores' clock.
+
+Issue 14: 14 tokenizer actors on a 16-core host did 9.1-9.6x one actor, while 14 bare tokenizer processes did 13.1x
+one. Each actor's busy second held 31% fewer rows than one actor's alone. The question this answers is where the
+other cores went (read, re-cut and write tasks, the driver, the raylet, the object store) and how much slower each
+core ran with all of them busy (all-core turbo against one core's).
+
+``sample OUT.jsonl``: every ``--every`` seconds, each process's CPU time (``/proc/PID/stat``) with its title (Ray
+sets a worker's title to the task or actor it runs: ``ray::TokenizeAndPack.__call__``, ``ray::MapBatches(read_pieces)``),
+and the cores' mean clock (``/proc/cpuinfo``). Runs until killed.
+
+``summary OUT.jsonl``: the intervals grouped by how many tokenizer actors were busy (more than half a core each), and
+in each group, CPU seconds a wall second by role, and the clock. Written by hand: psutil (not in the device's image)
+would give the same counters; the roles are Ray's titles, which no tool groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import time
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+ROLES = (
+    ("this sampler", ("cpu_by_process.py",)),
+    ("tokenizer actor", ("TokenizeAndPack",)),
+    ("read tasks", ("read_pieces", "ReadPieces", "FromItems")),
+    ("re-cut (repartition)", ("Repartition", "repartition", "split")),
+    ("write tasks", ("Write", "write")),
+    ("rayft's row ledger", ("RowLedger",)),
+    ("Ray Data's own actors", ("_StatsActor", "AutoscalingCoordinator", "ActorLocationTracker")),
+    ("idle Ray worker", ("ray::IDLE",)),
+    ("other Ray worker", ("ray::",)),
+    ("raylet", ("raylet",)),
+    ("gcs", ("gcs_server",)),
+    ("object store / dashboard / agents", ("plasma", "dashboard", "agent", "log_monitor", "monitor.py")),
+    ("driver (python)", ("python", "data_bench")),
+)
+
+
+def role_of(title: str) -> str:
+    for role, marks in ROLES:
+        if any(mark in title for mark in marks):
+            return role
+    return "other"
+
+
+def snapshot() -> dict:
+    procs = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # the process ended between the listing and the read
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        procs[pid] = [title[:80] or stat[stat.index("(") + 1 : stat.rindex(")")], (int(fields[11]) + int(fields[12])) / TICKS]
+    mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("cpu MHz")]
+    return {"t": time.time(), "procs": procs, "mhz": sum(mhz) / len(mhz) if mhz else None}
+
+
+def sample(out: Path, every: float) -> None:
+    with out.open("a") as f:
+        while True:
+            f.write(json.dumps(snapshot()) + "\n")
+            f.flush()
+            time.sleep(every)
+
+
+def summary(path: Path) -> dict:
+    snaps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[str, dict] = collections.defaultdict(
+        lambda: {"wall_s": 0.0, "cpu": collections.Counter(), "titles": collections.Counter(), "mhz": []}
+    )
+    for before, after in zip(snaps, snaps[1:]):
+        wall = after["t"] - before["t"]
+        used, titles = collections.Counter(), collections.Counter()
+        busy_actors = 0
+        for pid, (title, cpu) in after["procs"].items():
+            delta = cpu - before["procs"].get(pid, [title, cpu])[1]
+            if delta <= 0:
+                continue
+            role = role_of(title)
+            used[role] += delta
+            titles[title[:60]] += delta
+            busy_actors += role == "tokenizer actor" and delta / wall > 0.5
+        if busy_actors == 0:
+            continue
+        key = "1 actor busy" if busy_actors == 1 else f"{'8+' if busy_actors >= 8 else '2-7'} actors busy"
+        group = groups[key]
+        group["wall_s"] += wall
+        group["cpu"].update(used)
+        group["titles"].update(titles)
+        if after["mhz"]:
+            group["mhz"].append(after["mhz"])
+    return {
+        key: {
+            "wall_s": round(g["wall_s"], 1),
+            "cores_by_role": {role: round(cpu / g["wall_s"], 2) for role, cpu in g["cpu"].most_common()},
+            "cores_in_all": round(sum(g["cpu"].values()) / g["wall_s"], 2),
+            "mean_mhz": round(sum(g["mhz"]) / len(g["mhz"])) if g["mhz"] else None,
+            "top_titles": {title: round(cpu / g["wall_s"], 2) for title, cpu in g["titles"].most_common(12)},
+        }
+        for key, g in sorted(groups.items())
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=("sample", "summary"))
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--every", type=float, default=1.0)
+    args = parser.parse_args()
+    if args.mode == "sample":
+        sample(args.path, args.every)
+    else:
+        print(json.dumps(summary(args.path), indent=1))
+
+
+if __name__ == "__main__":
+    main()
