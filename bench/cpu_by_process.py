@@ -7,10 +7,12 @@ core ran with all of them busy (all-core turbo against one core's).
 
 ``sample OUT.jsonl``: every ``--every`` seconds, each process's CPU time (``/proc/PID/stat``) with its title (Ray
 sets a worker's title to the task or actor it runs: ``ray::TokenizeAndPack.__call__``, ``ray::MapBatches(read_pieces)``),
-and the cores' mean clock (``/proc/cpuinfo``). Runs until killed.
+the cores' mean clock (``/proc/cpuinfo``) and the time the hypervisor gave this VM's cores to others (steal, ``/proc/stat``).
+Runs until killed.
 
-``summary OUT.jsonl``: the intervals grouped by how many tokenizer actors were busy (more than half a core each), and
-in each group, CPU seconds a wall second by role, and the clock. Written by hand: psutil (not in the device's image)
+``summary OUT.jsonl``: stretches of time numbered in order, each with how many tokenizer actors were busy in it (more
+than half a core each: 1, 2-7, 8 or more), and for each, CPU seconds a wall second by role, the time stolen, and the
+clock. Written by hand: psutil (not in the device's image)
 would give the same counters; the roles are Ray's titles, which no tool groups.
 """
 
@@ -60,8 +62,10 @@ def snapshot() -> dict:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
         procs[pid] = [title[:80] or stat[stat.index("(") + 1 : stat.rindex(")")], (int(fields[11]) + int(fields[12])) / TICKS]
+    cpu_line = Path("/proc/stat").read_text().splitlines()[0].split()  # cpu user nice system idle iowait irq softirq steal
+    steal = int(cpu_line[8]) / TICKS if len(cpu_line) > 8 else 0.0
     mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("cpu MHz")]
-    return {"t": time.time(), "procs": procs, "mhz": sum(mhz) / len(mhz) if mhz else None}
+    return {"t": time.time(), "procs": procs, "steal": steal, "mhz": sum(mhz) / len(mhz) if mhz else None}
 
 
 def sample(out: Path, every: float) -> None:
@@ -75,8 +79,9 @@ def sample(out: Path, every: float) -> None:
 def summary(path: Path) -> dict:
     snaps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     groups: dict[str, dict] = collections.defaultdict(
-        lambda: {"wall_s": 0.0, "cpu": collections.Counter(), "titles": collections.Counter(), "mhz": []}
+        lambda: {"wall_s": 0.0, "steal": 0.0, "cpu": collections.Counter(), "titles": collections.Counter(), "mhz": []}
     )
+    stretch, previous = 0, None
     for before, after in zip(snaps, snaps[1:]):
         wall = after["t"] - before["t"]
         used, titles = collections.Counter(), collections.Counter()
@@ -90,10 +95,15 @@ def summary(path: Path) -> dict:
             titles[title[:60]] += delta
             busy_actors += role == "tokenizer actor" and delta / wall > 0.5
         if busy_actors == 0:
+            previous = None
             continue
-        key = "1 actor busy" if busy_actors == 1 else f"{'8+' if busy_actors >= 8 else '2-7'} actors busy"
+        kind = "1 actor busy" if busy_actors == 1 else f"{'8+' if busy_actors >= 8 else '2-7'} actors busy"
+        if kind != previous:  # a new stretch: each fill's steady part is one, its start and end are short ones
+            stretch, previous = stretch + 1, kind
+        key = f"{stretch:02d} {kind}"
         group = groups[key]
         group["wall_s"] += wall
+        group["steal"] += after.get("steal", 0.0) - before.get("steal", 0.0)
         group["cpu"].update(used)
         group["titles"].update(titles)
         if after["mhz"]:
@@ -103,10 +113,12 @@ def summary(path: Path) -> dict:
             "wall_s": round(g["wall_s"], 1),
             "cores_by_role": {role: round(cpu / g["wall_s"], 2) for role, cpu in g["cpu"].most_common()},
             "cores_in_all": round(sum(g["cpu"].values()) / g["wall_s"], 2),
+            "cores_stolen_by_the_hypervisor": round(g["steal"] / g["wall_s"], 2),
             "mean_mhz": round(sum(g["mhz"]) / len(g["mhz"])) if g["mhz"] else None,
             "top_titles": {title: round(cpu / g["wall_s"], 2) for title, cpu in g["titles"].most_common(12)},
         }
         for key, g in sorted(groups.items())
+        if g["wall_s"] >= 3  # the ramps between a fill's stretches
     }
 
 

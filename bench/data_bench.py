@@ -119,11 +119,11 @@ def main() -> None:
     from ray_jobs.local_ray import quiet_ray_data
 
     quiet_ray_data()
-    for w in workers:
+    for i, w in enumerate(workers):  # a count may repeat (--workers 1,14,1,14): each fill is cold, in a cache of its own
         subset = spec
         if w <= 4 and small.exists():
             subset = spec.replace(data=dataclasses.replace(spec.data, path=str(small)))
-        results["throughput"].append(fill(subset, w, work / f"cache-w{w}", fill_only=args.fill_only))
+        results["throughput"].append(fill(subset, w, work / f"cache-{i}-w{w}", fill_only=args.fill_only))
         r = results["throughput"][-1]
         r["x_one_actor"] = r["rows_per_s"] / results["throughput"][0]["rows_per_s"]
         versus = f"; {r['rows_per_s'] / w / results['bare']['rows_per_s']:.0%} of bare per actor" if "bare" in results else ""

@@ -4,7 +4,7 @@
 #   carry: [".gpu"]   command: bash bench/data_device.sh            (about 3 minutes)
 #   the issue-14 table: ROWS=1000000 EXTRA="--real-tokenizer --small-rows 200000" bash bench/data_device.sh
 # CPU_SAMPLE=1: bench/cpu_by_process.py samples every process's CPU time and the cores' clock through the fills, and
-#   writes where the host's cores went, by role, with 1 and with 8 or more tokenizer actors busy ($OUT/cpu_by_role.json).
+#   writes where the host's cores went, by role, in each stretch with 1 or 8+ tokenizer actors busy ($OUT/cpu_by_role.json).
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
