@@ -66,6 +66,8 @@ for entry in $TREES; do
     echo "$name: rayft train wall ${SECONDS} s" | tee -a "$OUT/startup.log"
     [ -n "${dumper:-}" ] && { kill "$dumper" 2>/dev/null || true; unset dumper; }
     cp "/tmp/runs/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null || tail -30 "$OUT/$name.log"
+    # Each step's own phases (data wait, forward + backward, optimizer...): what the first step's extra seconds are.
+    cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null || true
     if [ "${warm[$((run - 1))]:-0}" != 0 ]; then
       SECONDS=0; PYTHONPATH=$tree:$PYTHONPATH python3 bench/warm_ready.py 2>&1 | tail -1 | tee -a "$OUT/startup.log"
       echo "$name: the pool's worker ready ${SECONDS} s after the run" | tee -a "$OUT/startup.log"
