@@ -87,9 +87,12 @@ def summary(path: Path) -> dict:
         used, titles = collections.Counter(), collections.Counter()
         busy_actors = 0
         for pid, (title, cpu) in after["procs"].items():
-            delta = cpu - before["procs"].get(pid, [title, cpu])[1]
+            was, cpu_before = before["procs"].get(pid, [title, cpu])
+            delta = cpu - cpu_before
             if delta <= 0:
                 continue
+            if title.startswith("ray::IDLE") and not was.startswith("ray::IDLE"):
+                title = was  # a worker that finished its task within the interval: the time was the task's
             role = role_of(title)
             used[role] += delta
             titles[title[:60]] += delta
