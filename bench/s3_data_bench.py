@@ -282,7 +282,9 @@ def founding(spec: FineTuneSpec, args: argparse.Namespace, data: list[Path]) -> 
     warm_s = time.perf_counter() - start
     print(f"warm: {warm_s:.1f} s ({warm.cache.describe()})")
     mean = (one + again) / 2
-    print(f"cold fill against one thread: {args.rows / mean / cold_s:.1f}x (before the fill {one_thread_s / cold_s:.1f}x, after {args.rows / again / cold_s:.1f}x)")
+    print(
+        f"cold fill against one thread: {args.rows / mean / cold_s:.1f}x (before the fill {one_thread_s / cold_s:.1f}x, after {args.rows / again / cold_s:.1f}x)"
+    )
     return {
         "mode": "founding",
         "one_thread_rows_per_s": one,

@@ -143,8 +143,8 @@ def train_settings() -> None:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 
 
-def connect(address: str | None, spec: FineTuneSpec) -> None:
-    """Attach to ``address``, or start a local cluster bound to loopback."""
+def connect(address: str | None, spec: FineTuneSpec | None = None) -> None:
+    """Attach to ``address``, or start a local cluster bound to loopback (sized for ``spec``'s workers)."""
     train_settings()
     import ray
 
@@ -155,7 +155,8 @@ def connect(address: str | None, spec: FineTuneSpec) -> None:
         quiet_ray_data()
         return
     # Over-subscribe CPUs: the training workers reserve theirs, Ray Data's tokenizers need the rest.
-    start_local_cluster(num_cpus=(os.cpu_count() or 2) + spec.scaling.num_workers * spec.scaling.cpus_per_worker)
+    workers = spec.scaling.num_workers * spec.scaling.cpus_per_worker if spec is not None else 0
+    start_local_cluster(num_cpus=(os.cpu_count() or 2) + workers)
     quiet_ray_data()
 
 

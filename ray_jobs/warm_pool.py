@@ -186,6 +186,18 @@ class WarmPool:
             self.tokens.append((token, None))
         return None
 
+    def prime(self, shape: Shape, spec: FineTuneSpec) -> bool:
+        """The operator's base (``warm_pool.prime``): the pool's next workers load it ahead, before any job came. Idle
+        workers loading another base (or none) are stopped for them. False for a spec of another shape than the pool's."""
+        with self.lock:
+            if shape != self.shape:
+                return False
+            same = self.base is not None and (self.base.model, self.base.quantization) == (spec.model, spec.quantization)
+            self.base, self.last_taken = spec, time.monotonic()  # the idle time counts from the operator's start
+            if not same:
+                self._stop_idle()
+            return True
+
     def describe(self) -> dict[str, Any]:
         import ray
 
@@ -200,6 +212,8 @@ class WarmPool:
                 "started": self.started,
                 "lent_in_all": self.lent,
                 "shape": dataclasses.asdict(self.shape),
+                "settings": dataclasses.asdict(self.settings),
+                "base": self.base.model.path if self.base is not None else None,
             }
 
     def release(self, token: Any) -> None:
@@ -312,10 +326,47 @@ def take(spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettin
         except ValueError:
             return None
     else:
-        options = {"name": POOL_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
-        pool = ray.remote(WarmPool).options(**options, num_cpus=0, max_concurrency=4).remote(settings, shape)
+        pool = _pool(settings, shape)
     worker = ray.get(pool.take.remote(shape, queue.actor, spec if shape is not None else None))
     return Lease(worker, pool, queue.actor) if worker is not None else None
+
+
+def prime(spec: FineTuneSpec, settings: WarmSettings | None = None) -> Any:
+    """The operator's start (``rayft warm start``): the pool, made now for jobs of ``spec``'s shape, its workers loading
+    ``spec``'s base ahead for the cluster's first job. ``ValueError`` where none could serve ``spec``
+    (:func:`primed_shape`) or a pool of another shape runs. Only the operator names this base; a job takes what it finds."""
+    import ray
+
+    settings = settings or WarmSettings.from_env()
+    shape = primed_shape(spec, settings)
+    pool = _pool(settings, shape)
+    if not ray.get(pool.prime.remote(shape, spec)):
+        running = ray.get(pool.describe.remote())["shape"]
+        raise ValueError(
+            f"a pool for jobs of {running} runs; `rayft warm stop` it first to keep jobs of {dataclasses.asdict(shape)}"
+        )
+    return pool
+
+
+def primed_shape(spec: FineTuneSpec, settings: WarmSettings) -> Shape:
+    """The shape of the jobs a pool primed with ``spec`` serves; ``ValueError`` naming the fix where it would serve none."""
+    if not settings.workers:
+        raise ValueError("RAYFT_WARM_WORKERS is 0: set how many warm workers to keep, e.g. RAYFT_WARM_WORKERS=1")
+    shape = Shape.of(spec)
+    if shape is None:
+        raise ValueError(
+            f"scaling.num_workers is {spec.scaling.num_workers}: warm workers serve jobs of one worker only; "
+            "prime the pool with a one-worker spec (--set scaling.num_workers=1)"
+        )
+    return shape
+
+
+def _pool(settings: WarmSettings, shape: Shape) -> Any:
+    """The cluster's one pool, made here with these settings if none runs yet."""
+    import ray
+
+    options = {"name": POOL_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
+    return ray.remote(WarmPool).options(**options, num_cpus=0, max_concurrency=4).remote(settings, shape)
 
 
 def fit(

@@ -6,6 +6,7 @@
     rayft merge RUN/adapter --out DIR   # fold an adapter into its base model
     rayft generate RUN --prompt TEXT    # answer with the base model and the trained adapter
     rayft cache list|prune              # the dataset and model caches (see rayft/cli_cache.py)
+    rayft warm start|status|stop        # the operator's warm pool on a running cluster (see rayft/cli_warm.py)
     rayft --version
 
 Exit codes (``rayft.exits``): 0 success; 1 the job failed or was cancelled; 2 usage or spec error;
@@ -84,9 +85,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_commands(sub, _add_overrides)
 
-    from rayft import cli_cache
+    from rayft import cli_cache, cli_warm
 
     cli_cache.add_commands(sub)
+    cli_warm.add_commands(sub, _add_overrides)
 
     p = sub.add_parser("merge", help="fold a LoRA adapter into its base model and save the result")
     p.add_argument("adapter", help="adapter directory: RUN or RUN/adapter")

@@ -26,6 +26,20 @@ def warm_pool_on(ray_cluster, monkeypatch):
         ray.kill(ray.get_actor(POOL_NAME, namespace=NAMESPACE))  # its workers are its own: they go with it
     except ValueError:
         pass
+    deadline = time.monotonic() + 60
+    while _pool_named():  # the name is free again before the next test makes a pool of its own
+        assert time.monotonic() < deadline, "the killed pool kept its name for 60 s"
+        time.sleep(0.5)
+
+
+def _pool_named() -> bool:
+    import ray
+
+    try:
+        ray.get_actor(POOL_NAME, namespace=NAMESPACE)
+        return True
+    except ValueError:
+        return False
 
 
 def _wait_for_a_ready_worker(pool, timeout_s: float = 300.0) -> dict:
@@ -111,3 +125,37 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_ray_train_re
     assert lease is not None and ray.get(pool.describe.remote())["lent"] == 1
     lease.end()
     ray.kill(lent.actor)
+
+
+def test_an_operator_primed_pool_gives_the_first_job_a_worker_holding_its_base_and_status_and_stop_say_so(
+    warm_pool_on, tiny_spec, capsys
+):
+    """``rayft warm start`` before any job (here its function; the CLI's checks are unit-tested): the first job of that
+    shape takes a warm worker that loaded its base ahead, where the test above shows a first job on an unprimed pool
+    running on Ray Train. ``rayft warm status`` names the base; ``rayft warm stop`` ends the pool and its workers."""
+    import ray
+
+    from ray_jobs import warm_pool
+    from rayft.cli import main
+
+    spec = tiny_spec.replace(
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
+        train=dataclasses.replace(tiny_spec.train, max_steps=2, log_every=1, eval_every=None),
+        data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
+    )
+    pool = warm_pool.prime(spec)
+    state = _wait_for_a_ready_worker(pool)
+    assert state["base"] == spec.model.path and state["lent_in_all"] == 0, state
+
+    summary = run(spec.replace(name="primed")).summary
+    assert summary.worker.startswith("warm: ") and summary.worker.endswith(", its base loaded before the job"), summary.worker
+    assert summary.steps == 2 and ray.get(pool.describe.remote())["lent_in_all"] == 1
+
+    assert main(["warm", "status", "--address", "auto"]) == 0
+    assert f"base {spec.model.path}" in capsys.readouterr().out
+    assert main(["warm", "stop", "--address", "auto"]) == 0
+    assert "stopped" in capsys.readouterr().out
+    deadline = time.monotonic() + 60
+    while _pool_named():
+        assert time.monotonic() < deadline, "the stopped pool kept its name for 60 s"
+        time.sleep(0.5)

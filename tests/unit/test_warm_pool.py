@@ -33,3 +33,24 @@ def test_only_a_one_worker_job_has_a_shape_a_warm_worker_can_take(tiny_spec):
     gpu = one.replace(scaling=dataclasses.replace(one.scaling, use_gpu=True))
     assert Shape.of(gpu) == Shape(gpus=1.0, cpus=2.0)
     assert Shape.of(tiny_spec) is None, "two DDP workers: Ray Train's"
+
+
+def test_rayft_warm_start_refuses_a_spec_no_warm_worker_serves_before_it_connects_and_names_the_fix(tiny, capsys, monkeypatch):
+    """Usage errors (exit 2), found before any cluster is reached: the address here leads nowhere, and an attempt to
+    reach it would exit 3."""
+    from pathlib import Path
+
+    from rayft.cli import main
+
+    preset = Path(__file__).resolve().parents[2] / "ray_jobs" / "presets" / "tiny_cpu.yaml"  # two DDP workers
+    paths = [f"model.path={tiny / 'model'}", f"data.path={tiny / 'train.jsonl'}"]
+    argv = ["warm", "start", str(preset), "--address", "127.0.0.1:1", *(a for p in paths for a in ("--set", p))]
+    assert main(argv) == 2
+    assert (
+        "scaling.num_workers is 2: warm workers serve jobs of one worker only; prime the pool with a one-worker spec"
+        in capsys.readouterr().err
+    )
+
+    monkeypatch.setenv("RAYFT_WARM_WORKERS", "0")
+    assert main([*argv, "--set", "scaling.num_workers=1"]) == 2
+    assert "RAYFT_WARM_WORKERS is 0: set how many warm workers to keep" in capsys.readouterr().err
