@@ -4,15 +4,16 @@ print the pool's state. Used between runs by bench/startup_7b.sh (WARM=...)."""
 from __future__ import annotations
 
 import sys
-import time
 
 import ray
 
-from ray_jobs.warm_pool import NAMESPACE, POOL_NAME
+from ray_jobs.warm_control import state_of, until_ready
+from ray_jobs.warm_pool import running_pool
 
 ray.init(address="auto", logging_level="ERROR")
-pool = ray.get_actor(POOL_NAME, namespace=NAMESPACE)
-deadline = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 300)
-while (state := ray.get(pool.describe.remote()))["ready"] < 1 and time.monotonic() < deadline:
-    time.sleep(1.0)
-print(f"warm pool: {state}")
+pool = running_pool()
+try:
+    state = until_ready(pool, float(sys.argv[1] if len(sys.argv) > 1 else 300))
+except TimeoutError:  # the next run then goes on Ray Train, which its summary says
+    state = state_of(pool)
+print(f"warm pool: {state.line()}")

@@ -26,8 +26,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from ray_jobs.warm_settings import PoolState, Shape, WarmSettings
 
 if TYPE_CHECKING:
     from ray_jobs.storage import Location
@@ -51,45 +53,6 @@ WARM_IMPORTS = (
 """What a worker imports before any job: what a job's set-up imported on the H200 (``python -X importtime``)."""
 READY_WAIT_S = 120.0
 """How long a job waits for a warm worker that is still importing, rather than stand the pool down."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmSettings:
-    workers: int = 0
-    """``RAYFT_WARM_WORKERS``: warm workers to keep; 0 keeps none."""
-    idle_s: float = 600.0
-    """``RAYFT_WARM_IDLE_S``: a pool no job took from for this long stops its workers."""
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> WarmSettings:
-        values: dict[str, Any] = {}
-        for field, name, kind, example in (
-            ("workers", "RAYFT_WARM_WORKERS", int, "a whole number of workers, e.g. RAYFT_WARM_WORKERS=1"),
-            ("idle_s", "RAYFT_WARM_IDLE_S", float, "seconds, e.g. RAYFT_WARM_IDLE_S=600"),
-        ):
-            if environ.get(name):
-                try:
-                    values[field] = kind(environ[name])
-                except ValueError:
-                    raise ValueError(f"{name}={environ[name]!r}: {example}") from None
-                if values[field] < 0:
-                    raise ValueError(f"{name}={environ[name]!r}: 0 or more")
-        return cls(**values)
-
-
-@dataclasses.dataclass(frozen=True)
-class Shape:
-    """The resources of one worker; a pool serves jobs of one shape."""
-
-    gpus: float
-    cpus: float
-
-    @classmethod
-    def of(cls, spec: FineTuneSpec) -> Shape | None:
-        """The job's shape, or ``None`` for a job no warm worker can run (more than one worker)."""
-        if spec.scaling.num_workers != 1:
-            return None
-        return cls(1.0 if spec.scaling.use_gpu else 0.0, float(spec.scaling.cpus_per_worker))
 
 
 class WarmWorker:
@@ -187,7 +150,7 @@ class WarmPool:
         return None
 
     def prime(self, shape: Shape, spec: FineTuneSpec) -> bool:
-        """The operator's base (``warm_pool.prime``): the pool's next workers load it ahead, before any job came. Idle
+        """The operator's base (``warm_control.prime``): the pool's next workers load it ahead, before any job came. Idle
         workers loading another base (or none) are stopped for them. False for a spec of another shape than the pool's."""
         with self.lock:
             if shape != self.shape:
@@ -198,23 +161,23 @@ class WarmPool:
                 self._stop_idle()
             return True
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> PoolState:
         import ray
 
         with self.lock:
             refs = [ref for _, ref in self.idle]
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
-            return {
-                "idle": len(self.idle),
-                "ready": len(ready),
-                "lent": sum(w is not None for _, w in self.tokens),
-                "standing_down_for": sum(w is None for _, w in self.tokens),
-                "started": self.started,
-                "lent_in_all": self.lent,
-                "shape": dataclasses.asdict(self.shape),
-                "settings": dataclasses.asdict(self.settings),
-                "base": self.base.model.path if self.base is not None else None,
-            }
+            return PoolState(
+                idle=len(self.idle),
+                ready=len(ready),
+                lent=sum(w is not None for _, w in self.tokens),
+                standing_down_for=sum(w is None for _, w in self.tokens),
+                started=self.started,
+                lent_in_all=self.lent,
+                shape=self.shape,
+                settings=self.settings,
+                base=self.base.model.path if self.base is not None else None,
+            )
 
     def release(self, token: Any) -> None:
         """The job holding ``token`` is done with its worker: stop it now (the pool would see the token die soon)."""
@@ -321,52 +284,30 @@ def take(spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettin
     settings = settings or WarmSettings.from_env()
     shape = Shape.of(spec) if fits and settings.workers else None
     if shape is None:  # no warm worker runs it; a pool that exists (even one since turned off) stands down for it
-        try:
-            pool = ray.get_actor(POOL_NAME, namespace=NAMESPACE)
-        except ValueError:
+        if (pool := running_pool()) is None:
             return None
     else:
-        pool = _pool(settings, shape)
+        pool = pool_of(settings, shape)
     worker = ray.get(pool.take.remote(shape, queue.actor, spec if shape is not None else None))
     return Lease(worker, pool, queue.actor) if worker is not None else None
 
 
-def prime(spec: FineTuneSpec, settings: WarmSettings | None = None) -> Any:
-    """The operator's start (``rayft warm start``): the pool, made now for jobs of ``spec``'s shape, its workers loading
-    ``spec``'s base ahead for the cluster's first job. ``ValueError`` where none could serve ``spec``
-    (:func:`primed_shape`) or a pool of another shape runs. Only the operator names this base; a job takes what it finds."""
-    import ray
-
-    settings = settings or WarmSettings.from_env()
-    shape = primed_shape(spec, settings)
-    pool = _pool(settings, shape)
-    if not ray.get(pool.prime.remote(shape, spec)):
-        running = ray.get(pool.describe.remote())["shape"]
-        raise ValueError(
-            f"a pool for jobs of {running} runs; `rayft warm stop` it first to keep jobs of {dataclasses.asdict(shape)}"
-        )
-    return pool
-
-
-def primed_shape(spec: FineTuneSpec, settings: WarmSettings) -> Shape:
-    """The shape of the jobs a pool primed with ``spec`` serves; ``ValueError`` naming the fix where it would serve none."""
-    if not settings.workers:
-        raise ValueError("RAYFT_WARM_WORKERS is 0: set how many warm workers to keep, e.g. RAYFT_WARM_WORKERS=1")
-    shape = Shape.of(spec)
-    if shape is None:
-        raise ValueError(
-            f"scaling.num_workers is {spec.scaling.num_workers}: warm workers serve jobs of one worker only; "
-            "prime the pool with a one-worker spec (--set scaling.num_workers=1)"
-        )
-    return shape
-
-
-def _pool(settings: WarmSettings, shape: Shape) -> Any:
+def pool_of(settings: WarmSettings, shape: Shape) -> Any:
     """The cluster's one pool, made here with these settings if none runs yet."""
     import ray
 
     options = {"name": POOL_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
     return ray.remote(WarmPool).options(**options, num_cpus=0, max_concurrency=4).remote(settings, shape)
+
+
+def running_pool() -> Any:
+    """The cluster's pool, or ``None`` where none runs."""
+    import ray
+
+    try:
+        return ray.get_actor(POOL_NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
 
 
 def fit(

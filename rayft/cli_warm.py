@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import Any
-
-READY_TIMEOUT_S = 600.0
 
 
 def add_commands(sub: Any, add_overrides: Any) -> None:
@@ -31,7 +28,9 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     start = verbs.add_parser("start", help="make the pool now, its workers loading SPEC's base ahead")
     start.add_argument("spec", help="a job spec whose base, dtype, quantization and shape the pool serves")
     add_overrides(start)
-    start.add_argument("--wait", action="store_true", help="return once a worker holds the base (up to 10 minutes)")
+    start.add_argument(
+        "--wait", action="store_true", help="return once a worker holds the base (up to 10 minutes: warm_control.until_ready)"
+    )
     start.set_defaults(command=cmd_start)
     status = verbs.add_parser("status", help="the pool's workers and the base they load")
     status.set_defaults(command=cmd_status)
@@ -42,34 +41,37 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from ray_jobs import warm_pool
+    from ray_jobs import warm_control
+    from ray_jobs.warm_settings import WarmSettings
     from rayft import exits
     from rayft.cli import load_spec
 
     spec = load_spec(args.spec, args.set).with_absolute_paths()
     try:
-        settings = warm_pool.WarmSettings.from_env({"RAYFT_WARM_WORKERS": "1", **os.environ})
-        warm_pool.primed_shape(spec, settings)  # before connecting: a spec no warm worker serves is a usage error
+        settings = WarmSettings.from_env({"RAYFT_WARM_WORKERS": "1", **os.environ})
+        warm_control.primed_shape(spec, settings)  # before connecting: a spec no warm worker serves is a usage error
         _connect(args.address, spec)
-        pool = warm_pool.prime(spec, settings)
+        pool = warm_control.prime(spec, settings)
     except ValueError as exc:  # the settings, the spec's shape or the running pool's: each message names the fix
         print(f"error: {exc}", file=sys.stderr)
         return exits.USAGE
-    state = _until_ready(pool) if args.wait else _state(pool)
-    print(f"warm pool: {_describe(state)}")
+    state = warm_control.until_ready(pool) if args.wait else warm_control.state_of(pool)
+    print(f"warm pool: {state.line()}")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    pool = _existing(args.address)
-    print(f"warm pool: {_describe(_state(pool))}" if pool is not None else "warm pool: none on this cluster")
+    from ray_jobs import warm_control
+
+    pool = _running(args.address)
+    print(f"warm pool: {warm_control.state_of(pool).line()}" if pool is not None else "warm pool: none on this cluster")
     return 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     import ray
 
-    pool = _existing(args.address)
+    pool = _running(args.address)
     if pool is None:
         print("warm pool: none on this cluster")
         return 0
@@ -84,38 +86,8 @@ def _connect(address: str, spec: Any = None) -> None:
     local_ray.connect(address, spec)
 
 
-def _existing(address: str) -> Any:
-    import ray
-
-    from ray_jobs.warm_pool import NAMESPACE, POOL_NAME
+def _running(address: str) -> Any:
+    from ray_jobs.warm_pool import running_pool
 
     _connect(address)
-    try:
-        return ray.get_actor(POOL_NAME, namespace=NAMESPACE)
-    except ValueError:
-        return None
-
-
-def _state(pool: Any) -> dict[str, Any]:
-    import ray
-
-    return ray.get(pool.describe.remote())
-
-
-def _until_ready(pool: Any) -> dict[str, Any]:
-    """Polls the pool until a worker's start is done: a condition; the deadline only ends a hang."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while (state := _state(pool))["ready"] < 1:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no warm worker was ready after {READY_TIMEOUT_S:.0f} s: {_describe(state)}")
-        time.sleep(1.0)
-    return state
-
-
-def _describe(state: dict[str, Any]) -> str:
-    settings, shape = state["settings"], state["shape"]
-    return (
-        f"{state['ready']} of {settings['workers']} worker(s) ready, {state['idle']} idle, {state['lent']} lent; "
-        f"base {state['base'] or '(the last job’s)'}; jobs of {shape['gpus']:g} GPU and {shape['cpus']:g} CPU(s); "
-        f"idle workers stop after {settings['idle_s']:g} s without a job"
-    )
+    return running_pool()

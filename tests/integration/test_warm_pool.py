@@ -10,7 +10,8 @@ import pytest
 
 from ray_jobs.chaos import Chaos
 from ray_jobs.run import run
-from ray_jobs.warm_pool import NAMESPACE, POOL_NAME
+from ray_jobs.warm_control import state_of, until_ready
+from ray_jobs.warm_pool import running_pool
 
 pytestmark = pytest.mark.integration
 
@@ -22,35 +23,12 @@ def warm_pool_on(ray_cluster, monkeypatch):
 
     monkeypatch.setenv("RAYFT_WARM_WORKERS", "1")
     yield
-    try:
-        ray.kill(ray.get_actor(POOL_NAME, namespace=NAMESPACE))  # its workers are its own: they go with it
-    except ValueError:
-        pass
+    if (pool := running_pool()) is not None:
+        ray.kill(pool)  # its workers are its own: they go with it
     deadline = time.monotonic() + 60
-    while _pool_named():  # the name is free again before the next test makes a pool of its own
+    while running_pool() is not None:  # the name is free again before the next test makes a pool of its own
         assert time.monotonic() < deadline, "the killed pool kept its name for 60 s"
         time.sleep(0.5)
-
-
-def _pool_named() -> bool:
-    import ray
-
-    try:
-        ray.get_actor(POOL_NAME, namespace=NAMESPACE)
-        return True
-    except ValueError:
-        return False
-
-
-def _wait_for_a_ready_worker(pool, timeout_s: float = 300.0) -> dict:
-    """Until the pool holds a worker whose imports are done: a condition, polled; the deadline only ends a hang."""
-    import ray
-
-    deadline = time.monotonic() + timeout_s
-    while (state := ray.get(pool.describe.remote()))["ready"] < 1:
-        assert time.monotonic() < deadline, f"no warm worker became ready in {timeout_s} s: {state}"
-        time.sleep(1.0)
-    return state
 
 
 def _losses(events) -> dict[int, float]:
@@ -81,9 +59,9 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_ray_train_re
     cold_events, events = [], []
     cold = run(spec.replace(name="warm-1"), on_event=cold_events.append).summary
     assert cold.worker == "Ray Train's, started for this job" and cold.restarts == 0
-    pool = ray.get_actor(POOL_NAME, namespace=NAMESPACE)
-    state = _wait_for_a_ready_worker(pool)
-    assert state["lent_in_all"] == 0 and state["standing_down_for"] == 0, state
+    pool = running_pool()
+    state = until_ready(pool, 300.0)
+    assert state.lent_in_all == 0 and state.standing_down_for == 0, state
 
     result = run(spec.replace(name="warm-2"), on_event=events.append, chaos=Chaos(fail_at_step=6))
     summary = result.summary
@@ -106,23 +84,23 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_ray_train_re
     cold_losses, warm_losses = _losses(cold_events), {p["step"]: p["loss"] for p in before + after}
     assert warm_losses == pytest.approx(cold_losses, rel=1e-5), "the warm worker trains as Ray Train's does"
 
-    state = ray.get(pool.describe.remote())
-    assert state["lent_in_all"] == 1 and state["lent"] == 0, state
+    state = state_of(pool)
+    assert state.lent_in_all == 1 and state.lent == 0, state
 
     # Job 2 is over: its replacement starts (the pool's second worker).
-    assert _wait_for_a_ready_worker(pool)["started"] == 2
+    assert until_ready(pool, 300.0).started == 2
     two_workers = Queue()
     assert warm_pool.take(tiny_spec, two_workers) is None, "a two-worker job runs on Ray Train"
-    state = ray.get(pool.describe.remote())
-    assert state["idle"] == 0 and state["standing_down_for"] == 1, state
+    state = state_of(pool)
+    assert state.idle == 0 and state.standing_down_for == 1, state
     time.sleep(3 * warm_pool.WarmPool.CHECK_S)  # the pool looks every CHECK_S: it must not start one meanwhile
-    assert ray.get(pool.describe.remote())["started"] == 2, "nothing started while that job holds its resources"
+    assert state_of(pool).started == 2, "nothing started while that job holds its resources"
     ray.kill(two_workers.actor)  # the job ended
-    assert _wait_for_a_ready_worker(pool)["started"] == 3
+    assert until_ready(pool, 300.0).started == 3
 
     lent = Queue()
     lease = warm_pool.take(spec, lent)
-    assert lease is not None and ray.get(pool.describe.remote())["lent"] == 1
+    assert lease is not None and state_of(pool).lent == 1
     lease.end()
     ray.kill(lent.actor)
 
@@ -133,9 +111,8 @@ def test_an_operator_primed_pool_gives_the_first_job_a_worker_holding_its_base_a
     """``rayft warm start`` before any job (here its function; the CLI's checks are unit-tested): the first job of that
     shape takes a warm worker that loaded its base ahead, where the test above shows a first job on an unprimed pool
     running on Ray Train. ``rayft warm status`` names the base; ``rayft warm stop`` ends the pool and its workers."""
-    import ray
 
-    from ray_jobs import warm_pool
+    from ray_jobs import warm_control
     from rayft.cli import main
 
     spec = tiny_spec.replace(
@@ -143,19 +120,19 @@ def test_an_operator_primed_pool_gives_the_first_job_a_worker_holding_its_base_a
         train=dataclasses.replace(tiny_spec.train, max_steps=2, log_every=1, eval_every=None),
         data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
     )
-    pool = warm_pool.prime(spec)
-    state = _wait_for_a_ready_worker(pool)
-    assert state["base"] == spec.model.path and state["lent_in_all"] == 0, state
+    pool = warm_control.prime(spec)
+    state = until_ready(pool, 300.0)
+    assert state.base == spec.model.path and state.lent_in_all == 0, state
 
     summary = run(spec.replace(name="primed")).summary
     assert summary.worker.startswith("warm: ") and summary.worker.endswith(", its base loaded before the job"), summary.worker
-    assert summary.steps == 2 and ray.get(pool.describe.remote())["lent_in_all"] == 1
+    assert summary.steps == 2 and state_of(pool).lent_in_all == 1
 
     assert main(["warm", "status", "--address", "auto"]) == 0
     assert f"base {spec.model.path}" in capsys.readouterr().out
     assert main(["warm", "stop", "--address", "auto"]) == 0
     assert "stopped" in capsys.readouterr().out
     deadline = time.monotonic() + 60
-    while _pool_named():
+    while running_pool() is not None:
         assert time.monotonic() < deadline, "the stopped pool kept its name for 60 s"
         time.sleep(0.5)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ray_jobs.warm_pool import Shape, WarmSettings
+from ray_jobs.warm_settings import Shape, WarmSettings
 
 
 def test_the_pool_is_off_unless_the_operator_sets_how_many_workers_to_keep():
