@@ -129,8 +129,15 @@ def _weight(layer: Any, dtype: torch.dtype) -> torch.Tensor:
 def _matmul(a: torch.Tensor, b8: torch.Tensor, b_scale: torch.Tensor) -> torch.Tensor:
     """``a @ b.T`` for ``a [M, K]`` and ``b [N, K]`` (FP8 already, one scale per row), in FP8 with one scale per row of
     ``a``."""
-    a8, a_scale = (_rowwise_compiled if a.is_cuda else _rowwise)(a)
+    a8, a_scale = _quantize_rows(a, _rowwise_compiled if a.is_cuda else _rowwise)
     return torch._scaled_mm(a8, b8.t(), scale_a=a_scale, scale_b=b_scale.t(), out_dtype=a.dtype)
+
+
+def _quantize_rows(a: torch.Tensor, rowwise: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rowwise(a)`` on ``a`` detached and contiguous, so that the compiled one (:data:`_rowwise_compiled`) sees one
+    kind of input from every layer and in backward: no ``requires_grad``, no view's base and no row stride to guard.
+    ``contiguous`` copies only a strided input (none seen in the 7B preset's guards)."""
+    return rowwise(a.detach().contiguous())
 
 
 def _rowwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,4 +151,7 @@ def _rowwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 _rowwise_compiled = torch.compile(_rowwise, dynamic=True)
 """On the GPU, the row's absolute maximum, the division, the clamp and the cast as one fused kernel (inductor), over
 each input and incoming gradient: eager, they were four passes over every activation. Dynamic shapes: one compile for
-all the layers' widths and micro-batch sizes."""
+all the layers' widths and micro-batch sizes. Called on ``a`` detached and contiguous (:func:`_quantize_rows`): dynamo guards an input's ``requires_grad`` and,
+for a view, its base's sizes and strides, and the 7B job's first step compiled it 5 times over (inputs with and without
+``requires_grad``, views of three kinds of base), 4 of them past what a one-layer first step compiles ahead
+(``ray_jobs.compile_ahead``); a detached tensor is neither (H200, ``bench/RESULTS.md``)."""

@@ -19,7 +19,9 @@ from rayft_contract.spec import FineTuneSpec, LoraSpec
 if TYPE_CHECKING:
     import torch
 
+    from ray_jobs.kernels import KernelChoice
     from ray_jobs.strategy import Strategy
+    from rayft_contract.records import ModelShape
 
 log = logging.getLogger(__name__)
 
@@ -65,32 +67,60 @@ def attention_for(spec: FineTuneSpec, device_type: str) -> str:
 
 
 COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
 
 
 def keep_compiled_kernels(root: str | None = None) -> str | None:
-    """Point torch's compile cache (inductor's, and Triton's inside it) at ``{root}/compile``, the node's rayft cache
-    (``$RAYFT_CACHE_DIR``), unless the operator chose a directory; returns the directory used (``None``: torch's own,
-    as under an ``s3://`` cache root, which compiled kernels cannot live in).
+    """Point torch's compile cache (inductor's) and Triton's (Liger's kernels, and inductor's own under it) at
+    ``{root}/compile``, the node's rayft cache (``$RAYFT_CACHE_DIR``), unless the operator chose a directory; returns
+    the directory used (``None``: torch's own, as under an ``s3://`` cache root, which compiled kernels cannot live in).
 
-    Flex attention compiles its kernels in a job's first steps. On the 7B preset on an H200 (``bench/RESULTS.md``) a
-    node whose cache already held them started 34 s sooner (time to first step 91 -> 57 s, step 2 34.5 -> 6.1 s).
-    torch's default, ``/tmp/torchinductor_$USER``, shares the node's scratch space; the rayft cache is where the
-    operator keeps and sizes the node's caches (the cache volume on Kubernetes, ``k8s/``), and it lasts as long as
-    that does. Only rayft's own job code writes there (a team's spec only names what is compiled, never the code), and
-    torch keys each kernel by the graph and its inputs' shapes, so one job's kernels are another's hits."""
+    Flex attention compiles its kernels in a job's first steps: 31-35 s of the 7B preset's first step on a node whose
+    cache is empty (H200, ``bench/RESULTS.md``). torch's default, ``/tmp/torchinductor_$USER``, shares the node's
+    scratch space; the rayft cache is where the operator keeps and sizes the node's caches (the cache volume on
+    Kubernetes, ``k8s/``), and it lasts as long as that does. Only rayft's own job code writes there (a team's spec only
+    names what is compiled, never the code), and torch keys each kernel by the graph and its inputs' shapes, so one
+    job's kernels are another's hits.
+
+    torch writes its default into ``TORCHINDUCTOR_CACHE_DIR`` the first time anything asks for the directory, and the
+    training stack's imports (transformers, peft) do. A value equal to torch's default is therefore torch's, not the
+    operator's, and is replaced; until 2026-12-04 it was taken for the operator's, and jobs kept their kernels in
+    ``/tmp`` (found by ``bench/compile_ahead.sh``)."""
     import os
 
     from ray_jobs import cache
     from ray_jobs.storage import location
 
     chosen = os.environ.get(COMPILE_CACHE_ENV)
-    if chosen:
+    if chosen and chosen != _torch_default_dir():
         return chosen
     here = location(root or cache.default_root())
     if not here.is_local:
         return None
-    os.environ[COMPILE_CACHE_ENV] = here.child("compile").path
-    return os.environ[COMPILE_CACHE_ENV]
+    kept = here.child("compile").path
+    os.environ[COMPILE_CACHE_ENV] = kept
+    os.environ.setdefault(TRITON_CACHE_ENV, os.path.join(kept, "triton"))
+    return kept
+
+
+def _torch_default_dir() -> str:
+    """Where torch keeps compiled kernels when nobody chose: ``/tmp/torchinductor_$USER``."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return os.path.abspath(default_cache_dir())
+
+
+def set_numerics() -> None:
+    """The process-wide numerics every process that trains or compiles for a job runs under: TF32 matmuls on Ampere
+    and newer. One call for the job's worker, the copy that compiles its kernels ahead (:mod:`ray_jobs.compile_ahead`)
+    and a warm worker's :func:`hold_base`: torch keys every compiled kernel by them too (inductor's FX graph cache hashes
+    ``torch.backends.cuda.matmul.fp32_precision``), and a copy compiled without them missed every kernel the 7B job then
+    looked up (H200, ``bench/RESULTS.md``)."""
+    import torch
+
+    torch.set_float32_matmul_precision("high")
 
 
 def load_base(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> torch.nn.Module:
@@ -134,6 +164,7 @@ def hold_base(spec: FineTuneSpec, device: torch.device) -> None:
     key = held_key(spec, device)
     if key is None:
         return
+    set_numerics()  # before the compiles below, whose kernels the job looks up under its own numerics
     _held[key] = loaded = load_base_from(spec, device, Single())
     if device.type == "cuda" and loaded.model.config._attn_implementation == "flex_attention":
         compile_attention(spec, loaded.model, device)
@@ -257,6 +288,35 @@ def apply_lora(model: torch.nn.Module, spec: FineTuneSpec, fp8: bool = False) ->
     if spec.train.gradient_checkpointing:
         checkpoint_activations(model)
     return model
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapted:
+    """A base with the job's kernels, LoRA and FP8 on it (:func:`adapt`), and what the summary says of them."""
+
+    model: torch.nn.Module
+    kernels: KernelChoice
+    trainable: int
+    total: int
+    shape: ModelShape
+    fp8: str
+    """The summary's FP8 words (on, or off and why); empty where the spec asks for none."""
+
+
+def adapt(base: torch.nn.Module, spec: FineTuneSpec, device: torch.device, world: int) -> Adapted:
+    """The job's kernels (Liger patches the base's own modules, so before LoRA), its LoRA and FP8 (collective on GPU).
+    One function for the job's set-up and the one-layer first step of :mod:`ray_jobs.compile_ahead`: what that step
+    compiles is what the job's will look up."""
+    from ray_jobs import fp8, kernels
+    from ray_jobs.profile import model_shape
+
+    fused = kernels.choose(spec, device.type, base.config.model_type)
+    kernels.apply(base, fused)
+    model = apply_lora(base, spec)
+    trainable, total = count_parameters(model)
+    shape = model_shape(model, spec.train.gradient_checkpointing)
+    line = fp8.enable(model, spec, shape, trainable, device, world) if spec.quantization.fp8 else ""
+    return Adapted(model, fused, trainable, total, shape, line)
 
 
 def checkpoint_activations(model: torch.nn.Module) -> None:

@@ -175,11 +175,12 @@ class JobProfile:
         else:
             rows["worker_launch"] = rows["worker_start"] = 0.0
         rows["model_load"] = setup.model_load_s
+        rows["compile_wait"] = setup.compile_wait_s
         rows["resume"] = setup.resume_s
         rows["first_eval"] = setup.first_eval_s
         loop_start = setup.loop_start_ts
         rows["worker_setup"] = (
-            max(0.0, loop_start - worker_start - rows["model_load"] - rows["resume"] - rows["first_eval"])
+            max(0.0, loop_start - worker_start - rows["model_load"] - rows["compile_wait"] - rows["resume"] - rows["first_eval"])
             if loop_start and worker_start
             else 0.0
         )

@@ -133,6 +133,9 @@ class _Job:
         emit(Event("phase", JobPhase("connect").to_dict()))
         with profile.phase("connect"):
             local_ray.connect(address, spec)
+            from ray_jobs import compile_ahead
+
+            ahead = compile_ahead.launch(spec)  # the first step's kernels, compiled on the GPU node meanwhile
             import ray
             from ray.util.queue import Queue
 
@@ -161,6 +164,7 @@ class _Job:
             order=prepared.order,
             eval_split=prepared.eval_split,
             chaos=self.chaos,
+            compiled_ahead=ahead,
         )
 
         with profile.phase("trainer_setup"):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ray_jobs import checkpoint, kernels, session
+from ray_jobs import checkpoint, compile_ahead, kernels, session
 from ray_jobs import strategy as strategies
 from ray_jobs.best import Best, snapshot_of
 from ray_jobs.chaos import NO_CHAOS, Chaos
@@ -28,9 +28,9 @@ from ray_jobs.data_order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.evaluation import EvalBatches, evaluate
 from ray_jobs.memory import MicroBatches, fit_plan, free_step
 from ray_jobs.metrics import StepMeter
-from ray_jobs.model import apply_lora, autocast, checkpoint_activations, compile_layers, count_parameters, load_base_from
+from ray_jobs.model import adapt, autocast, checkpoint_activations, compile_layers, load_base_from, set_numerics
 from ray_jobs.packing import shape_multiple
-from ray_jobs.profile import model_shape, peak_flops
+from ray_jobs.profile import peak_flops
 from ray_jobs.samples import Answers
 from ray_jobs.torch_trace import StepTrace
 from rayft_contract.records import Progress, RunFacts, SetupTimes
@@ -61,6 +61,9 @@ class LoopConfig:
     resume_from: Any = None
     """A checkpoint a warm worker wrote (``ray_jobs.session.latest_in``): resumed from unless the runner has a
     later one of its own."""
+    compiled_ahead: Any = None
+    """The ``ObjectRef`` of the kernels being compiled ahead on the worker's node (``ray_jobs.compile_ahead``), waited
+    for after the base's load; ``None``: nothing compiled ahead."""
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -114,12 +117,10 @@ class _Loop:
         import psutil
         import torch
 
-        from ray_jobs import fp8
-
         spec, train, runner = cfg.spec, cfg.spec.train, session.current()  # Ray Train's worker, or a warm one
         rank, world = runner.rank, runner.world
         device = runner.device()
-        torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and newer
+        set_numerics()  # TF32 matmuls; what compile_ahead's copy compiled under
         setup: dict[str, float] = {"worker_start_ts": started, "process_start_ts": psutil.Process().create_time()}
         # The data's position is the checkpoint's JSON (the weights are checked and restored below). A cache
         # this worker can open is read from here on, on a thread, beside the model load (WindowReader);
@@ -134,12 +135,12 @@ class _Loop:
         cfg.chaos.cap_gpu_memory(device)
         with _timed(setup, "model_load_s"):
             base = (loaded := load_base_from(spec, device, strategy)).model
-            fused = kernels.choose(spec, device.type, base.config.model_type)
-            kernels.apply(base, fused)  # before LoRA: Liger patches the base's own modules
-            model = apply_lora(base, spec)
-            trainable, total = count_parameters(model)
-            shape = model_shape(model, train.gradient_checkpointing)
-            fp8_line = fp8.enable(model, spec, shape, trainable, device, world) if spec.quantization.fp8 else ""
+        with _timed(setup, "compile_wait_s"):  # before FP8's and the plan's reads of the free memory the copy holds
+            if ahead := compile_ahead.wait(cfg.compiled_ahead):
+                log.info("kernels compiled ahead: %s", ahead)
+        with _timed(setup, "model_load_s"):
+            adapted = adapt(base, spec, device, world)  # kernels, LoRA, FP8: what compile_ahead's first step runs
+            model, shape, trainable = adapted.model, adapted.shape, adapted.trainable
             chosen = fit_plan(spec, shape, trainable, device, world)
             if chosen.gradient_checkpointing:
                 checkpoint_activations(model)
@@ -156,7 +157,7 @@ class _Loop:
                 best.weights = earlier if rank == 0 else None
                 if state.best_step and state.best_step == state.step:  # the weights just restored are the best
                     best.weights = snapshot()
-        log.info("rank %d/%d: %d of %d parameters trainable; starting at step %d", rank, world, trainable, total, state.step)
+        log.info("rank %d/%d: %d of %d parameters trainable; from step %d", rank, world, trainable, adapted.total, state.step)
         width = shape_multiple(base.config._attn_implementation, spec.data.max_seq_len)
         held_out = runner.shard("eval") if cfg.has_eval else None
         eval_batches = held_out and EvalBatches(held_out, train.micro_batch_size, cfg.eval_split, rank, world, width)
@@ -167,7 +168,7 @@ class _Loop:
             trainable_params=trainable,
             model_shape=shape,
             peak_flops=peak_flops(device),
-            kernels=kernels.describe(fused, spec, compiled, fp8_line),
+            kernels=kernels.describe(adapted.kernels, spec, compiled, adapted.fp8),
             attention=base.config._attn_implementation,
             quantized_base=loaded.quantized,
             micro_batch=micro.describe(),
@@ -353,7 +354,7 @@ def _timed(into: dict[str, float], key: str) -> Iterator[None]:
     try:
         yield
     finally:
-        into[key] = time.perf_counter() - t0
+        into[key] = into.get(key, 0.0) + time.perf_counter() - t0
 
 
 def _count(group: list[dict[str, Any]]) -> Any:

@@ -48,6 +48,7 @@ class Phase(StrEnum):
     WORKER_LAUNCH = "worker_launch", "worker launch (controller, placement, worker processes)", Group.STARTUP
     WORKER_START = "worker_start", "worker start (imports, process group)", Group.STARTUP
     MODEL_LOAD = "model_load", "model load", Group.STARTUP
+    COMPILE_WAIT = "compile_wait", "waiting for the kernels compiled ahead", Group.STARTUP
     RESUME = "resume", "resume from checkpoint", Group.STARTUP
     FIRST_EVAL = "first_eval", "first evaluation", Group.EVAL
     WORKER_SETUP = "worker_setup", "worker setup", Group.STARTUP

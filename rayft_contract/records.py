@@ -153,6 +153,8 @@ class SetupTimes(Record):
     process_start_ts: float | None = None
     """When this worker's process was created (before the run, if Ray had it started already)."""
     model_load_s: float = 0.0
+    compile_wait_s: float = 0.0
+    """Waiting, after the base's load, for the kernels being compiled ahead (``ray_jobs.compile_ahead``)."""
     resume_s: float = 0.0
     first_eval_s: float = 0.0
     loop_start_ts: float | None = None

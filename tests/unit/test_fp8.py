@@ -105,3 +105,32 @@ def test_enabling_fp8_on_a_fused_lora_model_prepares_every_adapted_layer_and_cou
     assert all(m.rayft_fp8 and hasattr(m.base_layer, "rayft_fp8_weights") for m in layers)
     made = sum(w.numel() for m in layers for w in m.base_layer.rayft_fp8_weights if w.dtype == fp8.FP8)
     assert made == expected
+
+
+def test_the_compiled_row_scaling_compiles_once_for_inputs_with_and_without_grad_and_views_of_any_base():
+    """The 7B job's first step compiled it 5 times, once per kind of input (H200): each time a compile its one-layer
+    first step ahead (ray_jobs.compile_ahead) had not done. Counted here with dynamo's compile counter on CPU."""
+    from torch._dynamo.testing import CompileCounter
+
+    def inputs() -> list[torch.Tensor]:
+        plain = torch.randn(32, 64)
+        wants_grad = torch.randn(32, 64, requires_grad=True)
+        of_3d = torch.randn(2, 16, 64).reshape(-1, 64)  # a view of a [batch, rows, width] activation
+        of_wider = torch.randn(2, 16, 128)[..., :64].reshape(-1, 64)  # a copy of a strided slice
+        of_grad = (torch.randn(4, 8, 64, requires_grad=True) * 2).reshape(-1, 64)  # a view that requires grad
+        return [plain, wants_grad, of_3d, of_wider, of_grad, torch.randn(48, 64)]
+
+    torch._dynamo.reset()
+    direct = CompileCounter()
+    compiled = torch.compile(fp8._rowwise, dynamic=True, backend=direct)
+    for t in inputs():
+        compiled(t)
+    assert direct.frame_count > 1, "the inputs as they come recompile it (the test's own check)"
+
+    torch._dynamo.reset()
+    detached = CompileCounter()
+    compiled = torch.compile(fp8._rowwise, dynamic=True, backend=detached)
+    for t in inputs():
+        a8, scale = fp8._quantize_rows(t, compiled)
+        assert a8.dtype == fp8.FP8 and scale.shape == (t.shape[0], 1) and not scale.requires_grad
+    assert detached.frame_count == 1

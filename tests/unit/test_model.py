@@ -81,9 +81,10 @@ def test_a_spec_asking_for_flex_attention_without_gpus_is_refused_before_it_runs
 
 
 def test_compiled_kernels_are_kept_in_the_node_s_rayft_cache_unless_the_operator_chose(tmp_path, monkeypatch):
-    from ray_jobs.model import COMPILE_CACHE_ENV, keep_compiled_kernels
+    from ray_jobs.model import COMPILE_CACHE_ENV, TRITON_CACHE_ENV, keep_compiled_kernels
 
     monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    monkeypatch.delenv(TRITON_CACHE_ENV, raising=False)
     monkeypatch.setenv("RAYFT_CACHE_DIR", str(tmp_path))
     assert keep_compiled_kernels() == str(tmp_path / "compile")
     assert os.environ[COMPILE_CACHE_ENV] == str(tmp_path / "compile")
@@ -94,6 +95,28 @@ def test_compiled_kernels_are_kept_in_the_node_s_rayft_cache_unless_the_operator
     monkeypatch.delenv(COMPILE_CACHE_ENV)
     assert keep_compiled_kernels("s3://bucket/cache") is None  # kernels cannot live in S3: torch's own default
     assert COMPILE_CACHE_ENV not in os.environ
+
+
+def test_torch_s_own_default_written_into_the_environment_is_not_taken_for_the_operator_s_choice(tmp_path, monkeypatch):
+    """torch writes its default directory into TORCHINDUCTOR_CACHE_DIR the first time anything asks for it (the
+    training stack's imports do), before the job's base is loaded: that value must not keep the kernels in /tmp."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    from ray_jobs.model import COMPILE_CACHE_ENV, TRITON_CACHE_ENV, keep_compiled_kernels
+
+    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    monkeypatch.delenv(TRITON_CACHE_ENV, raising=False)
+    monkeypatch.setenv("RAYFT_CACHE_DIR", str(tmp_path))
+    torch_s = cache_dir()  # what an import does
+    assert os.environ[COMPILE_CACHE_ENV] == torch_s and not torch_s.startswith(str(tmp_path))
+
+    assert keep_compiled_kernels() == str(tmp_path / "compile")
+    assert cache_dir() == str(tmp_path / "compile")  # inductor reads it from here on
+    assert os.environ[TRITON_CACHE_ENV] == str(tmp_path / "compile" / "triton")  # Liger's Triton kernels beside it
+
+    monkeypatch.setenv(TRITON_CACHE_ENV, "/operator/triton")
+    keep_compiled_kernels()
+    assert os.environ[TRITON_CACHE_ENV] == "/operator/triton"  # an operator's Triton directory is left as it is
 
 
 def test_a_base_held_by_a_warm_worker_serves_only_a_job_of_the_same_base_and_is_dropped_for_any_other(tiny_spec):

@@ -1,0 +1,300 @@
+"""A job's first step on a one-layer copy of its base, in a process of its own: the node's compiles, done ahead.
+
+Why: on a node whose compile cache is empty, the 7B preset's first step took 31-35 s longer than on one whose cache
+held its kernels (H200, ``bench/RESULTS.md``): flex attention's (forward, backward and the block mask), FP8's row
+scaling and Liger's Triton kernels, compiled in the worker after its start and its base's load, one after the other.
+Each of those kernels is keyed by one decoder layer's shapes and the micro-batch, not by how many layers there are.
+So a copy of the base with one decoder layer of random weights, quantized, adapted (:func:`ray_jobs.model.adapt`) and
+stepped on packed rows of the job's shape compiles the same kernels into the node's compile cache
+(:func:`ray_jobs.model.keep_compiled_kernels`), where the job's own first step reads them.
+
+Nothing of the team's is run or read here beyond the base's ``config.json`` (parsed by transformers, no remote code)
+and the spec's shapes: the weights are random, the rows are zeros.
+
+    python -m ray_jobs.compile_ahead SPEC.json [--whole] [--steps N]
+
+prints one JSON line, an :class:`AheadReport`. ``--whole`` steps the base itself, as the job would, for the benchmark
+that measures what the copy saves (``bench/compile_ahead.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rayft_contract.spec import FineTuneSpec
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class AheadReport:
+    """What one run did, in seconds, and what torch's compile caches answered."""
+
+    layers: int
+    copy_s: float
+    load_s: float
+    step_s: tuple[float, ...]
+    """Each step's forward and backward, the first with its compiles."""
+    cache_hits: int
+    cache_misses: int
+    """inductor's FX graph cache, over the run: a job's first step after a copy's should miss nothing."""
+    attention: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+
+def one_layer_copy(base_dir: str, into: Path, dtype: torch.dtype, device: torch.device) -> Path:
+    """``base_dir``'s architecture with one decoder layer of random weights, saved in ``into`` (safetensors).
+
+    Its embedding, head, norms and the layer's every matmul have the base's shapes; a 7B Llama's copy is 0.5B
+    parameters (0.9 GB in bf16), built on ``device``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(base_dir)
+    config.num_hidden_layers = 1
+    if isinstance(getattr(config, "layer_types", None), list):  # per-layer attention kinds (Gemma, Qwen3): the first
+        config.layer_types = config.layer_types[:1]
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.save_pretrained(into)
+    del model
+    return into
+
+
+def packed_rows(spec: FineTuneSpec, vocab: int, attention: str, device: torch.device) -> dict[str, torch.Tensor]:
+    """One micro-batch of the job's shape: ``micro_batch_size`` rows as wide as the job's batches are cut
+    (:func:`ray_jobs.packing.shape_multiple`), two examples packed in each, every token a label."""
+    import torch
+
+    from ray_jobs.packing import shape_multiple
+
+    rows, width = spec.train.micro_batch_size, shape_multiple(attention, spec.data.max_seq_len)
+    ids = torch.randint(min(vocab, 1000), (rows, width), device=device)
+    positions = torch.cat([torch.arange(width // 2), torch.arange(width - width // 2)]).to(device).expand(rows, -1)
+    return {"input_ids": ids, "position_ids": positions.contiguous(), "labels": ids.clone()}
+
+
+def first_steps(spec: FineTuneSpec, device: torch.device, *, whole: bool = False, steps: int = 1) -> AheadReport:
+    """Load ``spec``'s base (its one-layer copy unless ``whole``) as the job does, adapt it, and run ``steps`` forward
+    and backward passes under the job's autocast. The copy is removed after."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from ray_jobs.model import (
+        adapt,
+        autocast,
+        checkpoint_activations,
+        compile_layers,
+        keep_compiled_kernels,
+        load_base_from,
+        set_numerics,
+        torch_dtype,
+    )
+    from ray_jobs.model_cache import fetch_model
+    from ray_jobs.strategy import Single
+
+    keep_compiled_kernels()
+    set_numerics()  # the job's: torch keys the kernels by them
+    with tempfile.TemporaryDirectory(prefix="rayft-ahead-") as scratch:
+        started = time.perf_counter()
+        if not whole:
+            local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
+            copy = one_layer_copy(str(local), Path(scratch), torch_dtype(spec.model.dtype), device)
+            spec = spec.replace(
+                model=dataclasses.replace(spec.model, path=str(copy), revision=None),
+                quantization=dataclasses.replace(spec.quantization, cache=False),  # a copy is never kept as a base
+            )
+        copied = time.perf_counter()
+        base = load_base_from(spec, device, Single()).model
+        model = adapt(base, spec, device, world=1).model
+        if spec.train.gradient_checkpointing:
+            checkpoint_activations(model)
+        if spec.model.compile:
+            compile_layers(model)
+        model.train()
+        loaded = time.perf_counter()
+        attention = base.config._attn_implementation
+        batch = packed_rows(spec, base.config.vocab_size, attention, device)
+        timings = []
+        for _ in range(steps):
+            began = time.perf_counter()
+            with autocast(spec, device):
+                out = model(**batch, num_items_in_batch=torch.tensor(batch["labels"].numel(), device=device), use_cache=False)
+            out.loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            timings.append(round(time.perf_counter() - began, 3))
+        layers = base.config.num_hidden_layers
+    inductor = counters["inductor"]
+    return AheadReport(
+        layers=layers,
+        copy_s=round(copied - started, 3),
+        load_s=round(loaded - copied, 3),
+        step_s=tuple(timings),
+        cache_hits=int(inductor["fxgraph_cache_hit"]),
+        cache_misses=int(inductor["fxgraph_cache_miss"]),
+        attention=attention,
+    )
+
+
+AHEAD_WAIT_S = 180.0
+"""How long a job's worker waits, before its memory plan and first step, for the copy's step still running: past
+this, the job compiles what is left itself."""
+OFF_ENV = "RAYFT_COMPILE_AHEAD"
+"""``0``: the operator turns compiling ahead off (any other value, or none: on)."""
+
+
+def kernels_key(spec: FineTuneSpec, base_config: dict[str, Any]) -> str:
+    """What the compiled kernels of ``spec``'s first step depend on: one layer's architecture (the base's config but
+    its layer count), the spec's kernels, attention, quantization, LoRA and row shapes, and the compilers' versions.
+    A node that ran the copy for a key has its kernels (:func:`_node_has`)."""
+    import hashlib
+    from importlib import metadata
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return ""
+
+    architecture = {k: v for k, v in base_config.items() if k not in ("num_hidden_layers", "layer_types", "_name_or_path")}
+    m, t = spec.model, spec.train
+    what = {
+        "architecture": architecture,
+        "model": [m.dtype, m.kernels, m.attn_implementation, m.compile],
+        "quantization": dataclasses.asdict(spec.quantization) | {"cache": None},
+        "lora": dataclasses.asdict(spec.lora),
+        "rows": [spec.data.max_seq_len, spec.data.packing, t.micro_batch_size, t.gradient_checkpointing],
+        "versions": [version(p) for p in ("torch", "triton", "transformers", "peft", "liger-kernel", "bitsandbytes")],
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def launch(spec: FineTuneSpec) -> Any:
+    """Start the copy's first step from the driver once it is connected, as a Ray task with no GPU of its own, on the
+    GPU node the job's worker will run on: the cluster's one GPU node, or the driver's where there are several (a
+    cluster of several GPU nodes is otherwise left to each node's cache of earlier jobs). Its ``ObjectRef``, or
+    ``None`` where nothing is started: a CPU job, several workers, a base in ``s3://`` (read with the team's own
+    keys, by the job), no GPU free in Ray's accounting at this moment, or ``RAYFT_COMPILE_AHEAD=0``. On the node the
+    task takes a GPU no process holds (:func:`_idle_gpu`), and does nothing where the node has this key's kernels."""
+    import os
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if skipped := why_not(spec, ray.available_resources().get("GPU", 0), os.environ.get(OFF_ENV, "")):
+        log.info("no kernels compiled ahead: %s", skipped)
+        return None
+    gpu_nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
+    here = ray.get_runtime_context().get_node_id()
+    node = gpu_nodes[0] if len(gpu_nodes) == 1 else here if here in gpu_nodes else None
+    if node is None:
+        return None
+    task = ray.remote(num_cpus=1, num_gpus=0, max_retries=0)(_ahead_on_node)
+    return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(spec)
+
+
+def why_not(spec: FineTuneSpec, gpus_free: float, setting: str = "") -> str:
+    """Why :func:`launch` starts nothing for ``spec`` with ``gpus_free`` GPUs free in the cluster and ``setting`` as
+    ``RAYFT_COMPILE_AHEAD``; empty where it starts the copy's step."""
+    if setting == "0":
+        return f"{OFF_ENV}=0"
+    if not spec.scaling.use_gpu:
+        return "a CPU job compiles nothing"
+    if spec.scaling.num_workers != 1:
+        return "a job of several workers"
+    if spec.model.path.startswith("s3://"):
+        return "a base in s3:// is read with the team's keys, by the job alone"
+    if gpus_free < 1:
+        return "no GPU is free"
+    return ""
+
+
+def _ahead_on_node(spec: FineTuneSpec) -> str:
+    """The Ray task: the copy's first step on this node's freest GPU, unless the node has this key's kernels; what it
+    did, in words, for the job's log."""
+    from ray_jobs.model_cache import fetch_model
+
+    local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
+    key = kernels_key(spec, json.loads((Path(local) / "config.json").read_text()))
+    marker = _marker(key)
+    if marker is not None and marker.exists():
+        return f"this node already has the kernels of {key}"
+    device = _idle_gpu()
+    if device is None:
+        return "no GPU on this node is free of other processes: nothing compiled ahead"
+    report = first_steps(spec, device)
+    if marker is not None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(report.to_json())
+    return f"compiled ahead on {device} in {sum(report.step_s) + report.load_s + report.copy_s:.1f} s: {report.to_json()}"
+
+
+def _marker(key: str) -> Path | None:
+    """``{compile cache}/ahead/{key}``: written once the copy's step ran on this node; ``None`` under torch's own
+    directory (an ``s3://`` cache root), where nothing marks a run."""
+    from ray_jobs.model import keep_compiled_kernels
+
+    kept = keep_compiled_kernels()
+    return Path(kept) / "ahead" / key if kept else None
+
+
+def _idle_gpu() -> torch.device | None:
+    """The GPU with the most free memory, if it has at least 95% of its memory free (no other job's process on it);
+    else ``None``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free = [(torch.cuda.mem_get_info(i), i) for i in range(torch.cuda.device_count())]
+    (most, total), index = max(free, key=lambda f: f[0][0])
+    return torch.device("cuda", index) if most >= 0.95 * total else None
+
+
+def wait(ref: Any) -> str:
+    """In the job's worker, before its memory plan (whose free memory the copy's step would take) and its first step:
+    the copy's step's outcome, waited for up to :data:`AHEAD_WAIT_S`. Never fails the job."""
+    import ray
+
+    if ref is None:
+        return ""
+    try:
+        return str(ray.get(ref, timeout=AHEAD_WAIT_S))
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(ref, force=True)
+        return f"the copy's step ran past {AHEAD_WAIT_S:.0f} s: cancelled; the job compiles what is left"
+    except ray.exceptions.RayError as err:  # optional: the job's own first step compiles whatever this did not
+        cause = getattr(err, "cause", None) or err  # a task's own exception, under Ray's wrapper
+        return f"compiling ahead failed ({type(cause).__name__}: {str(cause).splitlines()[0][:200]}); the job compiles"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ray_jobs.compile_ahead", description=__doc__.split("\n")[0])
+    parser.add_argument("spec", help="the job's spec, JSON or YAML (after its overrides)")
+    parser.add_argument("--whole", action="store_true", help="step the base itself, not its one-layer copy")
+    parser.add_argument("--steps", type=int, default=1, help="forward and backward passes (default 1)")
+    args = parser.parse_args(argv)
+    import torch
+
+    spec = FineTuneSpec.load(args.spec)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    print(first_steps(spec, device, whole=args.whole, steps=args.steps).to_json(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
