@@ -204,7 +204,9 @@ def launch(spec: FineTuneSpec) -> Any:
     node = gpu_nodes[0] if len(gpu_nodes) == 1 else here if here in gpu_nodes else None
     if node is None:
         return None
-    task = ray.remote(num_cpus=1, num_gpus=0, max_retries=0)(_ahead_on_node)
+    # A process of its own that ends with the task (max_calls=1): its CUDA context and cached memory leave the GPU
+    # before the job plans its micro-batch from the free memory, and its CUDA_VISIBLE_DEVICES dies with it.
+    task = ray.remote(num_cpus=1, num_gpus=0, max_retries=0, max_calls=1)(_ahead_on_node)
     return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(spec)
 
 
@@ -225,8 +227,8 @@ def why_not(spec: FineTuneSpec, gpus_free: float, setting: str = "") -> str:
 
 
 def _ahead_on_node(spec: FineTuneSpec) -> str:
-    """The Ray task: the copy's first step on this node's freest GPU, unless the node has this key's kernels; what it
-    did, in words, for the job's log."""
+    """The Ray task: the copy's first step on a GPU of this node that no process holds (:func:`_idle_gpu`), unless the
+    node has this key's kernels; what it did, in words, for the job's log."""
     from ray_jobs.model_cache import fetch_model
 
     local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
@@ -254,15 +256,44 @@ def _marker(key: str) -> Path | None:
 
 
 def _idle_gpu() -> torch.device | None:
-    """The GPU with the most free memory, if it has at least 95% of its memory free (no other job's process on it);
-    else ``None``."""
+    """A GPU of this node that no process holds, made this process's only one; ``None`` if there is none.
+
+    Read with ``nvidia-smi``, not torch: asking torch for each GPU's free memory opens a CUDA context (about 500 MB)
+    on every GPU of the node, other jobs' included. Called before this process's first CUDA call (the task runs in
+    a process of its own, ``max_calls=1``), so ``CUDA_VISIBLE_DEVICES`` still decides what it sees."""
+    import os
+    import shutil
+    import subprocess
+
     import torch
 
-    if not torch.cuda.is_available():
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
         return None
-    free = [(torch.cuda.mem_get_info(i), i) for i in range(torch.cuda.device_count())]
-    (most, total), index = max(free, key=lambda f: f[0][0])
-    return torch.device("cuda", index) if most >= 0.95 * total else None
+    query = [smi, "--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits"]
+    listed = subprocess.run(query, capture_output=True, text=True, timeout=60)
+    if listed.returncode != 0:
+        return None
+    uuid = pick_idle(listed.stdout, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if uuid is None:
+        return None
+    os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+    return torch.device("cuda", 0) if torch.cuda.is_available() else None
+
+
+def pick_idle(listing: str, visible: str | None) -> str | None:
+    """From ``nvidia-smi``'s ``index, uuid, memory.used, memory.total`` lines, the UUID of the GPU with the least memory
+    in use, if that is under 5% of it (a CUDA context alone is about 0.4% of an H200), and among ``visible``
+    (``CUDA_VISIBLE_DEVICES``: indices or UUIDs) where that is set."""
+    allowed = {v.strip() for v in visible.split(",")} if visible is not None else None
+    idle = []
+    for line in listing.strip().splitlines():
+        index, uuid, used, total = (field.strip() for field in line.split(","))
+        if allowed is not None and index not in allowed and uuid not in allowed:
+            continue
+        if float(used) < 0.05 * float(total):
+            idle.append((float(used), uuid))
+    return min(idle)[1] if idle else None
 
 
 def wait(ref: Any) -> str:
