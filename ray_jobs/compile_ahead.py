@@ -9,7 +9,7 @@ stepped on packed rows of the job's shape compiles the same kernels into the nod
 (:func:`ray_jobs.model.keep_compiled_kernels`), where the job's own first step reads them.
 
 Nothing of the team's is run or read here beyond the base's ``config.json`` (parsed by transformers, no remote code)
-and the spec's shapes: the weights are random, the rows are zeros.
+and the spec's shapes: the weights are random, and so are the rows' token ids.
 
     python -m ray_jobs.compile_ahead SPEC.json [--whole] [--steps N]
 
