@@ -75,19 +75,6 @@ def one_layer_copy(base_dir: str, into: Path, dtype: torch.dtype, device: torch.
     return into
 
 
-def packed_rows(spec: FineTuneSpec, vocab: int, attention: str, device: torch.device) -> dict[str, torch.Tensor]:
-    """One micro-batch of the job's shape: ``micro_batch_size`` rows as wide as the job's batches are cut
-    (:func:`ray_jobs.packing.shape_multiple`), two examples packed in each, every token a label."""
-    import torch
-
-    from ray_jobs.packing import shape_multiple
-
-    rows, width = spec.train.micro_batch_size, shape_multiple(attention, spec.data.max_seq_len)
-    ids = torch.randint(min(vocab, 1000), (rows, width), device=device)
-    positions = torch.cat([torch.arange(width // 2), torch.arange(width - width // 2)]).to(device).expand(rows, -1)
-    return {"input_ids": ids, "position_ids": positions.contiguous(), "labels": ids.clone()}
-
-
 def first_steps(spec: FineTuneSpec, device: torch.device, *, whole: bool = False, steps: int = 1) -> AheadReport:
     """Load ``spec``'s base (its one-layer copy unless ``whole``) as the job does, adapt it, and run ``steps`` forward
     and backward passes under the job's autocast. The copy is removed after."""
@@ -105,6 +92,7 @@ def first_steps(spec: FineTuneSpec, device: torch.device, *, whole: bool = False
         torch_dtype,
     )
     from ray_jobs.model_cache import fetch_model
+    from ray_jobs.packing import rows_of_job_shape
     from ray_jobs.strategy import Single
 
     keep_compiled_kernels()
@@ -128,7 +116,7 @@ def first_steps(spec: FineTuneSpec, device: torch.device, *, whole: bool = False
         model.train()
         loaded = time.perf_counter()
         attention = base.config._attn_implementation
-        batch = packed_rows(spec, base.config.vocab_size, attention, device)
+        batch = rows_of_job_shape(spec, base.config.vocab_size, attention, device)
         timings = []
         for _ in range(steps):
             began = time.perf_counter()
@@ -161,7 +149,7 @@ OFF_ENV = "RAYFT_COMPILE_AHEAD"
 def kernels_key(spec: FineTuneSpec, base_config: dict[str, Any]) -> str:
     """What the compiled kernels of ``spec``'s first step depend on: one layer's architecture (the base's config but
     its layer count), the spec's kernels, attention, quantization, LoRA and row shapes, and the compilers' versions.
-    A node that ran the copy for a key has its kernels (:func:`_node_has`)."""
+    A node that ran the copy for a key has its kernels (:func:`_marker`)."""
     import hashlib
     from importlib import metadata
 

@@ -151,7 +151,8 @@ def _rowwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 _rowwise_compiled = torch.compile(_rowwise, dynamic=True)
 """On the GPU, the row's absolute maximum, the division, the clamp and the cast as one fused kernel (inductor), over
 each input and incoming gradient: eager, they were four passes over every activation. Dynamic shapes: one compile for
-all the layers' widths and micro-batch sizes. Called on ``a`` detached and contiguous (:func:`_quantize_rows`): dynamo guards an input's ``requires_grad`` and,
-for a view, its base's sizes and strides, and the 7B job's first step compiled it 5 times over (inputs with and without
-``requires_grad``, views of three kinds of base), 4 of them past what a one-layer first step compiles ahead
-(``ray_jobs.compile_ahead``); a detached tensor is neither (H200, ``bench/RESULTS.md``)."""
+all the layers' widths and micro-batch sizes. Called on ``a`` detached and contiguous (:func:`_quantize_rows`): dynamo
+guards an input's ``requires_grad`` and, for a view, its base's sizes and strides, and the 7B job's first step compiled
+it 5 times over (inputs with and without ``requires_grad``, views of three kinds of base), 4 of them past what a
+one-layer first step compiles ahead (``ray_jobs.compile_ahead``); a detached tensor is neither (H200,
+``bench/RESULTS.md``)."""

@@ -182,9 +182,10 @@ def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.
     against a steady 3.7 (H200). Liger and LoRA, applied by the job, leave the attention call as it is."""
     import torch
 
-    rows, width = spec.train.micro_batch_size, spec.data.max_seq_len
-    positions = torch.arange(width // 2, device=device).repeat(2).expand(rows, -1)
-    ids = torch.zeros(rows, width, dtype=torch.long, device=device)
+    from ray_jobs.packing import rows_of_job_shape
+
+    rows = rows_of_job_shape(spec, model.config.vocab_size, model.config._attn_implementation, device)
+    ids, positions = rows["input_ids"], rows["position_ids"]
     trainable = [p for p in model.parameters() if p.requires_grad]
     model.requires_grad_(False)  # the gradient goes to the inputs alone: no weight keeps one
     try:

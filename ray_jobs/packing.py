@@ -16,10 +16,16 @@ Row columns (all ``int32``, length ``seq_len`` unless noted):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ray_jobs.template import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    import torch
+
+    from rayft_contract.spec import FineTuneSpec
 
 Example = tuple[Sequence[int], Sequence[int]]
 """``(input_ids, labels)`` of one tokenized example."""
@@ -97,3 +103,16 @@ def trim_padding(batch: dict[str, np.ndarray], multiple: int = SHAPE_MULTIPLE) -
     width = next(v.shape[1] for v in batch.values() if getattr(v, "ndim", 1) == 2)
     keep = min(width, -(-longest // multiple) * multiple)
     return {k: (v[:, :keep] if getattr(v, "ndim", 1) == 2 else v) for k, v in batch.items()}
+
+
+def rows_of_job_shape(spec: FineTuneSpec, vocab: int, attention: str, device: torch.device) -> dict[str, torch.Tensor]:
+    """One placeholder micro-batch of the job's shape, for compiling its kernels before its data comes (a warm worker,
+    ``ray_jobs.compile_ahead``): ``micro_batch_size`` rows as wide as :func:`trim_padding` cuts the job's batches
+    under ``attention``, two examples packed in each (positions restart mid-row), random ids below ``vocab``, every
+    token a label. Kernels are keyed by these shapes, not by the values."""
+    import torch
+
+    rows, width = spec.train.micro_batch_size, shape_multiple(attention, spec.data.max_seq_len)
+    ids = torch.randint(min(vocab, 1000), (rows, width), device=device)
+    positions = torch.cat([torch.arange(width // 2), torch.arange(width - width // 2)]).to(device).expand(rows, -1)
+    return {"input_ids": ids, "position_ids": positions.contiguous(), "labels": ids.clone()}

@@ -126,3 +126,17 @@ def test_flex_attention_keeps_whole_rows_so_one_width_compiles_once():
     rows = pack([([1, 2, 3], [1, 2, 3])], seq_len=512, pad_id=PAD, packing=True)
     assert trim_padding(rows, shape_multiple("flex_attention", 512))["input_ids"].shape == (1, 512)
     assert trim_padding(rows, shape_multiple("sdpa", 512))["input_ids"].shape == (1, SHAPE_MULTIPLE)
+
+
+def test_the_placeholder_rows_that_compile_ahead_have_the_job_s_shape_under_each_attention(tiny_spec):
+    import torch
+
+    from ray_jobs.packing import SHAPE_MULTIPLE, rows_of_job_shape
+
+    flex = rows_of_job_shape(tiny_spec, vocab=320, attention="flex_attention", device=torch.device("cpu"))
+    rows, width = tiny_spec.train.micro_batch_size, tiny_spec.data.max_seq_len
+    assert flex["input_ids"].shape == flex["position_ids"].shape == flex["labels"].shape == (rows, width)
+    assert int(flex["input_ids"].max()) < 320 and torch.equal(flex["labels"], flex["input_ids"])
+    assert flex["position_ids"][0, width // 2] == 0 and flex["position_ids"][0, -1] == width - width // 2 - 1  # 2 examples
+    sdpa = rows_of_job_shape(tiny_spec, vocab=320, attention="sdpa", device=torch.device("cpu"))
+    assert sdpa["input_ids"].shape == (rows, SHAPE_MULTIPLE)
