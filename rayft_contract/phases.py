@@ -64,7 +64,7 @@ class Phase(StrEnum):
     REPORT = "report", "report", Group.FINISH, True
     PROFILER = "profiler", "profiler", Group.FINISH, True
     STEP_OTHER = "step_other", "step, untimed", Group.COMPUTE
-    SHUTDOWN = "shutdown", "shutdown", Group.FINISH
+    SHUTDOWN = "shutdown", "shutdown", Group.FINISH  # rank 0's last report to its last event passed on: the teardown
     EXPORT = "export", "export adapter", Group.FINISH
     WRITE_REPORTS = "write_reports", "write reports", Group.FINISH
     OTHER = "other", "other", Group.OTHER
