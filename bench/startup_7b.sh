@@ -12,17 +12,25 @@
 # WARM="0 0 1 1": the warm pool per run (RAYFT_WARM_WORKERS, ray_jobs/warm_pool.py), one word per run (RUNS follows
 # it). After a run with the pool on, the script waits until the pool holds a worker whose imports are done (not
 # timed: a team's next run comes minutes later), so the next run with it on takes that worker.
+# EARLY="1 0 1": RAYFT_EARLY_WORKER per run (the job's own worker started at its connect, ray_jobs/warm_pool.py;
+# "-" leaves it unset, the default: on for one-GPU jobs). FILL="1 1 0": 1 removes the dataset cache before that run,
+# so it fills again while the node keeps its compiled kernels (a new dataset on a node that ran jobs before).
+# RUNS is the longest of WARM, EARLY and FILL.
 #
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: DUMPS=1 bash bench/startup_7b.sh        (about 5 minutes)
 #   warm workers:     command: WARM="0 0 1 1 1" bash bench/startup_7b.sh   (Ray Train cold and warm, the pool made
 #                     and standing down, then two jobs on warm workers; about 8 minutes)
+#   early worker:     command: EARLY="- 0 - -" FILL="1 1 1 0" bash bench/startup_7b.sh   (a fresh node; a new dataset
+#                     through Ray Train and through the early worker; a cached one; about 6 minutes)
 set -euo pipefail
 source .gpu/env.sh
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled RAY_TRAIN_V2_ENABLED=1 RAY_worker_niceness=0
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-3}; RUNS=${RUNS:-3}; TREES=${TREES:-new:.}
-read -r -a warm <<< "${WARM:-}"; [ ${#warm[@]} -gt 0 ] && RUNS=${#warm[@]}
+read -r -a warm <<< "${WARM:-}"; read -r -a early <<< "${EARLY:-}"; read -r -a fill <<< "${FILL:-}"
+for words in ${#warm[@]} ${#early[@]} ${#fill[@]}; do [ "$words" -gt 0 ] && [ "$words" -gt "${most:-0}" ] && most=$words; done
+RUNS=${most:-$RUNS}
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
 root=$PWD
@@ -58,6 +66,8 @@ for entry in $TREES; do
         done ) > "$OUT/startup_dumps.txt" 2>&1 &
       dumper=$!
     fi
+    [ "${fill[$((run - 1))]:-0}" = 1 ] && rm -rf "$RAYFT_CACHE_DIR/datasets"
+    if [ "${early[$((run - 1))]:--}" = - ]; then unset RAYFT_EARLY_WORKER; else export RAYFT_EARLY_WORKER=${early[$((run - 1))]}; fi
     SECONDS=0
     (cd "$tree" && RAYFT_WARM_WORKERS=${warm[$((run - 1))]:-0} PYTHONPATH=$tree:$PYTHONPATH python3 -m rayft train "$PRESET" --address auto --overwrite \
       --set name="$name" --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
@@ -94,5 +104,5 @@ rows = {
 for label, values in rows.items():
     print(f"{label:52s}" + "".join(f"{v:{width}.1f}" for v in values))
 print(f"{'dataset cache':52s}" + "".join(f"{('hit' if s.get('caches', {}).get('dataset', {}).get('hit') else 'miss'):>{width}s}" for s in summaries))
-print(f"{'worker':52s}" + "".join(f"{('warm' if (s.get('worker') or '').startswith('warm') else 'Ray Train'):>{width}s}" for s in summaries))
+print(f"{'worker':52s}" + "".join(f"{(s.get('worker') or 'none').split(':')[0].split(',')[0][:width - 1]:>{width}s}" for s in summaries))
 PY

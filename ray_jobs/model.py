@@ -156,9 +156,11 @@ def held_key(spec: FineTuneSpec, device: torch.device) -> str | None:
     return quantized_cache.key(local, settings)
 
 
-def hold_base(spec: FineTuneSpec, device: torch.device) -> None:
+def hold_base(spec: FineTuneSpec, device: torch.device, compile: bool = True) -> None:
     """Load ``spec``'s base now, on a warm worker before its job (``ray_jobs.warm_pool``): the next job with the same
-    base (:func:`held_key`) takes it in :func:`load_base_from` instead of reading and quantizing it again."""
+    base (:func:`held_key`) takes it in :func:`load_base_from` instead of reading and quantizing it again.
+    ``compile=False`` for the job's own early worker: its job's kernels are compiled ahead on a copy
+    (``ray_jobs.compile_ahead``), which the job waits for after this load; compiling here would race that copy."""
     from ray_jobs.strategy import Single
 
     key = held_key(spec, device)
@@ -166,6 +168,8 @@ def hold_base(spec: FineTuneSpec, device: torch.device) -> None:
         return
     set_numerics()  # before the compiles below, whose kernels the job looks up under its own numerics
     _held[key] = loaded = load_base_from(spec, device, Single())
+    if not compile:
+        return
     if device.type == "cuda" and loaded.model.config._attn_implementation == "flex_attention":
         compile_attention(spec, loaded.model, device)
     if spec.quantization.fp8:  # its row scaling's compile and cuBLASLt's first FP8 call, out of the job's first step

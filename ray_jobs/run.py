@@ -94,6 +94,10 @@ def run(
     try:
         return job.run(address)
     finally:
+        if job.early is not None:  # failed before its lease: the worker holds the job's resources until stopped
+            import ray
+
+            ray.kill(job.early)
         if job.opening is not None and job.opening.exception() is None:  # failed while they opened: close them too
             job.trackers = job.opening.result()
         if job.trackers is not None:  # the job failed before its summary: the MLflow run ends FAILED
@@ -123,6 +127,9 @@ class _Job:
     """TensorBoard (always), MLflow and W&B (``tracking``), fed as events arrive; closed with the summary."""
     opening: Future[Trackers] | None = None
     """:attr:`trackers` being opened, beside the model fetch, the data and the trainer's set-up."""
+    early: Any | None = None
+    """The job's own worker (``ray_jobs.warm_pool.start_early``), starting beside the fetch and the data until the
+    trainer's set-up leases it."""
     live_copied: float = 0.0
     """When the live files were last copied to an ``s3://`` run directory (``time.monotonic``)."""
 
@@ -143,8 +150,13 @@ class _Job:
             from ray_jobs.dataset_cache import prepare
             from ray_jobs.events import fit_while_forwarding
             from ray_jobs.model_cache import fetch_model
-            from ray_jobs.session import latest_in
+            from ray_jobs.session import latest_in, train_run_name
             from ray_jobs.train_loop import LoopConfig
+
+            run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
+            ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
+            # After the copy's launch, which needs a GPU free in Ray's count: this worker takes the job's.
+            self.early = warm_pool.start_early(spec, resumes_ray_train=ray_train_began)
 
         emit(Event("phase", JobPhase("model", f"fetching {spec.model.path}").to_dict()))
         with profile.phase("model_fetch"):
@@ -169,11 +181,10 @@ class _Job:
 
         with profile.phase("trainer_setup"):
             queue = Queue()
-            run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
             checkpoints = run_folder.child("warm")
             loop = dataclasses.replace(loop, resume_from=latest_in(checkpoints))  # a relaunch of a warm worker's job
-            ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
-            lease = warm_pool.take(spec, queue, fits=not ray_train_began)  # Ray Train resumes what it began
+            lease = warm_pool.take(spec, queue, fits=not ray_train_began, early=self.early)  # Ray Train resumes what it began
+            self.early = None  # the lease's now, or stopped
             on_ray_train = functools.partial(_fit, spec, datasets=prepared.datasets, run_dir=self.run_dir, queue=queue)
         with profile.phase("tracking"):  # what is left of their start
             self.trackers, self.opening = self.opening.result(), None
@@ -276,13 +287,6 @@ class _Job:
         return summary
 
 
-def train_run_name(spec: FineTuneSpec, owner: str) -> str:
-    """``team.name.job-id`` for a job of the service (``RAYFT_JOB_ID``; its relaunches keep the id, so a
-    resumed run finds its folder), the spec's name otherwise, where a re-run of the name resumes."""
-    job_id = os.environ.get("RAYFT_JOB_ID")
-    return f"{owner}.{spec.name}.{job_id}" if job_id else spec.name
-
-
 def _fit(spec: FineTuneSpec, loop: Any, failures: int, *, datasets: dict[str, Any], run_dir: storage.Location, queue: Any) -> Any:
     """Fit ``loop`` on Ray Train (``ray_jobs.events.Fitted``), Ray Train restarting it up to ``failures`` times."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -293,6 +297,7 @@ def _fit(spec: FineTuneSpec, loop: Any, failures: int, *, datasets: dict[str, An
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
 
     from ray_jobs.events import ForwardReports, fit_trainer
+    from ray_jobs.session import train_run_name
     from ray_jobs.train_loop import train_loop_per_worker
 
     trainer = TorchTrainer(

@@ -11,6 +11,7 @@ driver's queue and writes checkpoints to the run's storage itself. The loop and 
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from ray_jobs import storage
+    from rayft_contract.spec import FineTuneSpec
 
 UploadFn = Callable[["ray.train.Checkpoint", str], "ray.train.Checkpoint"]
 
@@ -135,6 +137,8 @@ class WarmSession:
     resume_from: ray.train.Checkpoint | None = None
     ready_for_s: float = 0.0
     """How long before this job the worker started its imports."""
+    early: bool = False
+    """The job's own worker, started at its connect (``ray_jobs.warm_pool.start_early``), not the pool's."""
     rank: int = 0
     world: int = 1
     latest: ray.train.Checkpoint | None = None
@@ -195,6 +199,8 @@ class WarmSession:
         return ray.train.Checkpoint(target.path, filesystem=target.fs)
 
     def describe(self) -> str:
+        if self.early:
+            return f"early: the job's own, started at its connect, {self.ready_for_s:.0f} s before training (RAYFT_EARLY_WORKER)"
         return f"warm: started {self.ready_for_s:.0f} s before the job, imports done (RAYFT_WARM_WORKERS)"
 
     def _put(self, metrics: dict[str, Any]) -> None:
@@ -220,3 +226,10 @@ def latest_in(checkpoints: storage.Location) -> ray.train.Checkpoint | None:
             found = checkpoints.child(name)
             return ray.train.Checkpoint(found.path, filesystem=found.fs)
     return None
+
+
+def train_run_name(spec: FineTuneSpec, owner: str) -> str:
+    """``team.name.job-id`` for a job of the service (``RAYFT_JOB_ID``; its relaunches keep the id, so a
+    resumed run finds its folder), the spec's name otherwise, where a re-run of the name resumes."""
+    job_id = os.environ.get("RAYFT_JOB_ID")
+    return f"{owner}.{spec.name}.{job_id}" if job_id else spec.name

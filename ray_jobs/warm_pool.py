@@ -58,9 +58,10 @@ READY_WAIT_S = 120.0
 class WarmWorker:
     """One process that imported :data:`WARM_IMPORTS` (and made its CUDA context) before its job came."""
 
-    def __init__(self, base: FineTuneSpec | None = None) -> None:
+    def __init__(self, base: FineTuneSpec | None = None, early: bool = False) -> None:
         """``base``: the spec of the job before, whose base (if on this node's disk) is loaded now and kept for a
-        job with the same, flex attention's kernels compiled on it (``ray_jobs.model.hold_base``)."""
+        job with the same, flex attention's kernels compiled on it (``ray_jobs.model.hold_base``). ``early``: the
+        worker is its job's own (:func:`start_early`) and ``base`` that job's: nothing is compiled here."""
         start = time.time()
         for name in WARM_IMPORTS:
             try:
@@ -75,10 +76,10 @@ class WarmWorker:
             from ray_jobs.model import hold_base
 
             try:
-                hold_base(base, device)
+                hold_base(base, device, compile=not early)
             except Exception:  # optional: the job loads its base itself, and reports what fails then
                 log.warning("warm worker: the base of %s was not loaded ahead", base.model.path, exc_info=True)
-        self.started, self.ready_s = start, time.time() - start
+        self.started, self.ready_s, self.early = start, time.time() - start, early
 
     def ready(self) -> float:
         """Returns once the imports are done: how long they took."""
@@ -96,7 +97,9 @@ class WarmWorker:
         for name in inherited:  # the job that made the pool's: not this job's business
             os.environ.pop(name, None)
         os.environ.update(env)
-        runner = session.WarmSession(queue, checkpoints, datasets, loop.resume_from, ready_for_s=time.time() - self.started)
+        runner = session.WarmSession(
+            queue, checkpoints, datasets, loop.resume_from, ready_for_s=time.time() - self.started, early=self.early
+        )
         session.use(runner)
         train_loop_per_worker({"loop": loop})
         runner.wait()
@@ -265,31 +268,82 @@ def _worker_class() -> Any:
 @dataclasses.dataclass
 class Lease:
     worker: Any
-    pool: Any
+    pool: Any | None
+    """``None`` for the job's own early worker (:func:`start_early`)."""
     token: Any
 
     def end(self) -> None:
         """Stop the worker and free its resources now (the pool would also, once the job's queue is gone)."""
         import ray
 
-        ray.get(self.pool.release.remote(self.token))
+        if self.pool is None:
+            ray.kill(self.worker)
+        else:
+            ray.get(self.pool.release.remote(self.token))
 
 
-def take(spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettings | None = None) -> Lease | None:
+EARLY_ENV = "RAYFT_EARLY_WORKER"
+
+
+def start_early(spec: FineTuneSpec, resumes_ray_train: bool, setting: str | None = None) -> Any | None:
+    """This job's own worker, started as soon as the driver is connected, or ``None`` (:func:`early_why_not`).
+
+    Why: through Ray Train, a one-GPU job's worker starts only once the data is ready, then launches (controller,
+    placement group, process; 15-18 s on a fresh H200 node), imports (8-10 s) and loads its base (13-15 s), one
+    after the other (bench/RESULTS.md). This worker is a :class:`WarmWorker` of the job's own shape: it imports and
+    loads the job's base (when on the node's disk) while the driver fetches the model and prepares the data, then
+    runs the loop itself as a warm worker does, and is stopped with the job. Its resources are the job's worker's,
+    taken from the connect on instead of from the fit; Ray queues it behind other jobs as it would Ray Train's."""
+    setting = os.environ.get(EARLY_ENV, "") if setting is None else setting
+    if why := early_why_not(spec, resumes_ray_train, setting, WarmSettings.from_env()):
+        log.info("no early worker: %s", why)
+        return None
+    shape = Shape.of(spec)
+    assert shape is not None
+    return _worker_class().options(num_gpus=shape.gpus, num_cpus=shape.cpus).remote(spec, early=True)
+
+
+def early_why_not(spec: FineTuneSpec, resumes_ray_train: bool, setting: str, settings: WarmSettings) -> str:
+    """Why :func:`start_early` starts no worker, with ``setting`` as ``RAYFT_EARLY_WORKER`` (``0``: never; ``1``: CPU
+    jobs too, as the CPU tests run it; unset: one-GPU jobs); empty where it starts one."""
+    if setting not in ("", "0", "1"):
+        raise ValueError(f"{EARLY_ENV}={setting!r}: 0 (never), 1 (CPU jobs too), or unset (one-GPU jobs)")
+    if setting == "0":
+        return f"{EARLY_ENV}=0"
+    if Shape.of(spec) is None:
+        return "a job of several workers runs on Ray Train"
+    if not spec.scaling.use_gpu and setting != "1":
+        return f"a CPU job ({EARLY_ENV}=1 starts one for CPU jobs too)"
+    if settings.workers:
+        return "the operator's warm pool serves one-worker jobs (RAYFT_WARM_WORKERS)"
+    if resumes_ray_train:
+        return "Ray Train resumes the run it began"
+    return ""
+
+
+def take(
+    spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettings | None = None, early: Any | None = None
+) -> Lease | None:
     """A warm worker for this job, if the operator keeps a pool (``RAYFT_WARM_WORKERS``) and one fits; the pool is
-    made on the first call. ``queue``: the job's event queue, whose life is the lease's. ``fits=False``: the job
-    takes none whatever its shape (a pool that exists stands down for it)."""
+    made on the first call. Else the job's own ``early`` worker (:func:`start_early`), if it has one. ``queue``: the
+    job's event queue, whose life is the lease's. ``fits=False``: the job takes none whatever its shape (a pool
+    that exists stands down for it, and an early worker is stopped)."""
     import ray
 
     settings = settings or WarmSettings.from_env()
     shape = Shape.of(spec) if fits and settings.workers else None
     if shape is None:  # no warm worker runs it; a pool that exists (even one since turned off) stands down for it
-        if (pool := running_pool()) is None:
-            return None
+        pool = running_pool()
     else:
         pool = pool_of(settings, shape)
-    worker = ray.get(pool.take.remote(shape, queue.actor, spec if shape is not None else None))
-    return Lease(worker, pool, queue.actor) if worker is not None else None
+    worker = ray.get(pool.take.remote(shape, queue.actor, spec if shape is not None else None)) if pool is not None else None
+    if worker is not None:
+        return Lease(worker, pool, queue.actor)
+    if early is not None and fits:
+        return Lease(early, None, queue.actor)
+    if early is not None:
+        ray.kill(early)
+    return None
 
 
 def pool_of(settings: WarmSettings, shape: Shape) -> Any:
@@ -326,6 +380,9 @@ def fit(
     from ray_jobs.session import latest_in
 
     failures = loop.spec.train.max_failures
+    if lease is not None and not _started(lease.worker.ready.remote()):  # a failed start is no failure of the job's
+        lease.end()
+        lease = None
     if lease is not None:
         try:
             env = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}

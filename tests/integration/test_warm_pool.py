@@ -9,7 +9,9 @@ import time
 import pytest
 
 from ray_jobs.chaos import Chaos
+from ray_jobs.quality import DataQualityError
 from ray_jobs.run import run
+from ray_jobs.tiny import write_dataset_with_bad_rows
 from ray_jobs.warm_control import state_of, until_ready
 from ray_jobs.warm_pool import running_pool
 
@@ -136,3 +138,48 @@ def test_an_operator_primed_pool_gives_the_first_job_a_worker_holding_its_base_a
     while running_pool() is not None:
         assert time.monotonic() < deadline, "the stopped pool kept its name for 60 s"
         time.sleep(0.5)
+
+
+def _live_warm_workers() -> int:
+    """WarmWorker actors not dead: alive, or still in their ``__init__`` (pending creation)."""
+    from ray.util.state import list_actors
+
+    return len(list_actors(filters=[("class_name", "=", "WarmWorker"), ("state", "!=", "DEAD")]))
+
+
+def test_a_one_worker_job_trains_in_its_own_worker_started_at_connect_as_ray_train_would_and_stops_it_when_done(
+    ray_cluster, tiny_spec, monkeypatch, tmp_path
+):
+    """``RAYFT_EARLY_WORKER=1`` (one-GPU jobs get it by default; here a CPU job): the worker imports and loads the base
+    while the driver prepares the data, then runs the loop. Its losses are Ray Train's at every step; a failure resumes
+    on Ray Train from its checkpoint; the worker is stopped with its job, and with a job that fails before training."""
+    spec = tiny_spec.replace(
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
+        train=dataclasses.replace(tiny_spec.train, max_steps=8, checkpoint_every=4, log_every=1, eval_every=None),
+        data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
+    )
+    monkeypatch.setenv("RAYFT_EARLY_WORKER", "0")
+    ray_train_events, events = [], []
+    assert (
+        run(spec.replace(name="early-0"), on_event=ray_train_events.append).summary.worker == "Ray Train's, started for this job"
+    )
+
+    monkeypatch.setenv("RAYFT_EARLY_WORKER", "1")
+    summary = run(spec.replace(name="early-1"), on_event=events.append, chaos=Chaos(fail_at_step=6)).summary
+    kinds = [e.kind for e in events]
+    cut = kinds.index("failure")
+    before = [e.data for e in events[:cut] if e.kind == "progress"]
+    after = [e.data for e in events[cut:] if e.kind == "progress"]
+    worker = before[0]["facts"]["worker"]
+    assert worker.startswith("early: the job's own, started at its connect"), worker
+    assert worker.endswith(", its base loaded before the job"), "the base was loaded beside the data's preparation"
+    assert [p["step"] for p in after] == [5, 6, 7, 8] and summary.worker == "Ray Train's, started for this job"
+    assert {p["step"]: p["loss"] for p in before + after} == pytest.approx(_losses(ray_train_events), rel=1e-5)
+    assert summary.restarts == 1 and _live_warm_workers() == 0
+
+    path = tmp_path / "mixed.jsonl"
+    write_dataset_with_bad_rows(path, rows=200, bad=20)  # 10%: the fill fails, after the worker started
+    bad = spec.replace(name="early-bad", data=dataclasses.replace(spec.data, path=str(path)))
+    with pytest.raises(DataQualityError):
+        run(bad)
+    assert _live_warm_workers() == 0, "the early worker of a job that failed before training was stopped"
