@@ -29,21 +29,27 @@ BEFORE_THE_FIRST_STEP = {  # the phase table's rows that come before the first s
 }
 
 
+def part_of(label: str) -> str | None:
+    """The plot's name for a phase-table label; older files hold labels cut to 52 characters, newer ones whole."""
+    return next((part for key, part in BEFORE_THE_FIRST_STEP.items() if label.startswith(key)), None)
+
+
 def main(source: str, target: str) -> None:
     runs = json.load(open(source))["runs"]
     parts = list(dict.fromkeys(BEFORE_THE_FIRST_STEP.values()))
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(runs) + 2.4))
+    widest = max(len(r["run"]) for r in runs)
+    fig, ax = plt.subplots(figsize=(9 + 0.07 * widest, 0.6 * len(runs) + 2.4))
     labels = [r["run"] for r in runs]
     left = [0.0] * len(runs)
     for part in parts:
-        widths = [sum(v for k, v in r["phases_s"].items() if BEFORE_THE_FIRST_STEP.get(k) == part) for r in runs]
+        widths = [sum(v for k, v in r["phases_s"].items() if part_of(k) == part) for r in runs]
         ax.barh(labels, widths, left=left, label=part)
         left = [a + b for a, b in zip(left, widths)]
     for y, (total, run) in enumerate(zip(left, runs)):
         ax.text(total + 0.5, y, f"{run['time_to_first_step_s']:.1f} s", va="center")
     for target_s, name in ((20, "warm target 20 s"), (45, "cold target 45 s")):
         ax.axvline(target_s, color="grey", linestyle="--", linewidth=1)
-        ax.text(target_s + 0.3, len(runs) - 0.55, name, color="grey", fontsize=8)
+        ax.text(target_s + 0.3, -0.6, name, color="grey", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("seconds to the first step (phases before it)")
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18))

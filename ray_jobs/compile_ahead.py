@@ -172,30 +172,51 @@ def kernels_key(spec: FineTuneSpec, base_config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def launch(spec: FineTuneSpec) -> Any:
+def launch(spec: FineTuneSpec, gpus_free: float, early: Any | None = None) -> tuple[Any, Any | None]:
     """Start the copy's first step from the driver once it is connected, as a Ray task with no GPU of its own, on the
     GPU node the job's worker will run on: the cluster's one GPU node, or the driver's where there are several (a
-    cluster of several GPU nodes is otherwise left to each node's cache of earlier jobs). Its ``ObjectRef``, or
-    ``None`` where nothing is started: a CPU job, several workers, a base in ``s3://`` (read with the team's own
-    keys, by the job), no GPU free in Ray's accounting at this moment, or ``RAYFT_COMPILE_AHEAD=0``. On the node the
-    task takes a GPU no process holds (:func:`_idle_gpu`), and does nothing where the node has this key's kernels."""
+    cluster of several GPU nodes is otherwise left to each node's cache of earlier jobs). On the node the task takes
+    a GPU no process holds (:func:`_idle_gpu`), and does nothing where the node has this key's kernels.
+
+    ``gpus_free``: GPUs free in Ray's count before ``early`` took one. ``early``: the job's own early worker (``ray_jobs.warm_pool.start_early``), just started. Where the node has the
+    kernels it runs the job. Where it has not, it is stopped and the job runs on Ray Train while the copy compiles: on
+    a fresh H200 node the copy, slowed by that worker's load beside it, ended 42 s after the worker was ready (78 s
+    to the first step), where Ray Train's launch and load hid it (67-68 s, and then its first step ran under other
+    numerics than the copy's). Returns the copy's ``ObjectRef`` (or ``None``: :func:`why_not`) and the early worker
+    (or ``None``)."""
     import os
 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    if skipped := why_not(spec, ray.available_resources().get("GPU", 0), os.environ.get(OFF_ENV, "")):
+    if skipped := why_not(spec, gpus_free, os.environ.get(OFF_ENV, "")):
         log.info("no kernels compiled ahead: %s", skipped)
-        return None
+        return None, early
     gpu_nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
     here = ray.get_runtime_context().get_node_id()
     node = gpu_nodes[0] if len(gpu_nodes) == 1 else here if here in gpu_nodes else None
     if node is None:
-        return None
+        return None, early
+    on_node = NodeAffinitySchedulingStrategy(node, soft=False)
+    if early is not None:
+        probe = ray.remote(num_cpus=0, max_retries=0)(_has_kernels).options(scheduling_strategy=on_node)
+        try:
+            if ray.get(probe.remote(spec), timeout=PROBE_S):
+                return None, early
+        except ray.exceptions.RayError:  # optional, as the copy is: the early worker runs the job, compiling itself
+            log.warning("could not learn whether the GPU node has the kernels; the early worker runs the job", exc_info=True)
+            return None, early
+        log.info("a node without this job's kernels: the early worker stops, Ray Train runs the job, a copy compiles")
+        ray.kill(early)
     # A process of its own that ends with the task (max_calls=1): its CUDA context and cached memory leave the GPU
     # before the job plans its micro-batch from the free memory, and its CUDA_VISIBLE_DEVICES dies with it.
     task = ray.remote(num_cpus=1, num_gpus=0, max_retries=0, max_calls=1)(_ahead_on_node)
-    return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(spec)
+    return task.options(scheduling_strategy=on_node).remote(spec), None
+
+
+PROBE_S = 60.0
+"""How long the driver waits to learn whether the GPU node has the job's kernels (a file's existence, read by a task
+there: a worker process's start)."""
 
 
 def why_not(spec: FineTuneSpec, gpus_free: float, setting: str = "") -> str:
@@ -214,13 +235,23 @@ def why_not(spec: FineTuneSpec, gpus_free: float, setting: str = "") -> str:
     return ""
 
 
-def _ahead_on_node(spec: FineTuneSpec) -> str:
-    """The Ray task: the copy's first step on a GPU of this node that no process holds (:func:`_idle_gpu`), unless the
-    node has this key's kernels; what it did, in words, for the job's log."""
+def _has_kernels(spec: FineTuneSpec) -> bool:
+    """The probe's task, on the GPU node: whether it ran the copy for ``spec``'s kernels (:func:`_marker`)."""
+    marker = _marker(_key_on_node(spec))
+    return marker is not None and marker.exists()
+
+
+def _key_on_node(spec: FineTuneSpec) -> str:
     from ray_jobs.model_cache import fetch_model
 
     local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
-    key = kernels_key(spec, json.loads((Path(local) / "config.json").read_text()))
+    return kernels_key(spec, json.loads((Path(local) / "config.json").read_text()))
+
+
+def _ahead_on_node(spec: FineTuneSpec) -> str:
+    """The Ray task: the copy's first step on a GPU of this node that no process holds (:func:`_idle_gpu`), unless the
+    node has this key's kernels; what it did, in words, for the job's log."""
+    key = _key_on_node(spec)
     marker = _marker(key)
     if marker is not None and marker.exists():
         return f"this node already has the kernels of {key}"

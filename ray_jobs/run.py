@@ -140,13 +140,10 @@ class _Job:
         emit(Event("phase", JobPhase("connect").to_dict()))
         with profile.phase("connect"):
             local_ray.connect(address, spec)
-            from ray_jobs import compile_ahead
-
-            ahead = compile_ahead.launch(spec)  # the first step's kernels, compiled on the GPU node meanwhile
             import ray
             from ray.util.queue import Queue
 
-            from ray_jobs import warm_pool
+            from ray_jobs import compile_ahead, warm_pool
             from ray_jobs.dataset_cache import prepare
             from ray_jobs.events import fit_while_forwarding
             from ray_jobs.model_cache import fetch_model
@@ -155,8 +152,9 @@ class _Job:
 
             run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
             ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
-            # After the copy's launch, which needs a GPU free in Ray's count: this worker takes the job's.
-            self.early = warm_pool.start_early(spec, resumes_ray_train=ray_train_began)
+            gpus_free = ray.available_resources().get("GPU", 0)
+            self.early = warm_pool.start_early(spec, resumes_ray_train=ray_train_began)  # loads the base meanwhile
+            ahead, self.early = compile_ahead.launch(spec, gpus_free, self.early)  # a node without the kernels: a copy
 
         emit(Event("phase", JobPhase("model", f"fetching {spec.model.path}").to_dict()))
         with profile.phase("model_fetch"):

@@ -61,7 +61,7 @@ class WarmWorker:
     def __init__(self, base: FineTuneSpec | None = None, early: bool = False) -> None:
         """``base``: the spec of the job before, whose base (if on this node's disk) is loaded now and kept for a
         job with the same, flex attention's kernels compiled on it (``ray_jobs.model.hold_base``). ``early``: the
-        worker is its job's own (:func:`start_early`) and ``base`` that job's: nothing is compiled here."""
+        worker is its job's own (:func:`start_early`) and ``base`` that job's: its first step compiles."""
         start = time.time()
         for name in WARM_IMPORTS:
             try:
@@ -288,12 +288,13 @@ EARLY_ENV = "RAYFT_EARLY_WORKER"
 def start_early(spec: FineTuneSpec, resumes_ray_train: bool, setting: str | None = None) -> Any | None:
     """This job's own worker, started as soon as the driver is connected, or ``None`` (:func:`early_why_not`).
 
-    Why: through Ray Train, a one-GPU job's worker starts only once the data is ready, then launches (controller,
-    placement group, process; 15-18 s on a fresh H200 node), imports (8-10 s) and loads its base (13-15 s), one
-    after the other (bench/RESULTS.md). This worker is a :class:`WarmWorker` of the job's own shape: it imports and
-    loads the job's base (when on the node's disk) while the driver fetches the model and prepares the data, then
-    runs the loop itself as a warm worker does, and is stopped with the job. Its resources are the job's worker's,
-    taken from the connect on instead of from the fit; Ray queues it behind other jobs as it would Ray Train's."""
+    Why: through Ray Train, a one-GPU job's worker starts once the data is ready, then launches (controller,
+    placement group, process), imports and loads its base, one after the other: 48.9 s on an H200 node where a new
+    dataset filled in 7.4 s (bench/RESULTS.md). This worker, a :class:`WarmWorker` of the job's shape, imports and
+    loads the base while the driver fetches the model and prepares the data; then it runs the loop and is stopped
+    with the job, holding its worker's resources from the connect on (Ray queues it as it would Ray Train's). Nothing is
+    compiled on the base (8-10 s on the H200 where the node had the kernels); on a node without them the driver stops
+    this worker for Ray Train and a copy compiled ahead (``ray_jobs.compile_ahead.launch``)."""
     setting = os.environ.get(EARLY_ENV, "") if setting is None else setting
     if why := early_why_not(spec, resumes_ray_train, setting, WarmSettings.from_env()):
         log.info("no early worker: %s", why)

@@ -90,9 +90,11 @@ def test_the_task_compiles_nothing_on_a_node_that_has_the_kernels_or_no_gpu_free
     key = compile_ahead.kernels_key(gpu, json.loads((tiny / "model" / "config.json").read_text()))
     marker = own_caches / "compile" / "ahead" / key
     assert not marker.exists(), "nothing ran, so nothing is marked"
+    assert not compile_ahead._has_kernels(gpu), "the probe: a job's early worker gives way to Ray Train and a copy"
     marker.parent.mkdir(parents=True)
     marker.write_text("{}")
     assert "already has the kernels" in compile_ahead._ahead_on_node(gpu)
+    assert compile_ahead._has_kernels(gpu), "the probe: the early worker runs the job"
 
 
 def test_the_copy_takes_a_gpu_no_process_holds_and_only_among_those_the_node_lets_it_see():
@@ -120,7 +122,7 @@ def test_a_failed_or_absent_compile_ahead_never_fails_the_job(ray_cluster, tiny_
     assert compile_ahead.wait(None) == ""
     said = compile_ahead.wait(ray.remote(max_retries=0)(_fails).remote())
     assert "compiling ahead failed" in said and "out of memory" in said and "the job compiles" in said
-    assert compile_ahead.launch(one_gpu(tiny_spec)) is None, "the session's cluster has no GPU free"
+    assert compile_ahead.launch(one_gpu(tiny_spec), gpus_free=0) == (None, None), "the session's cluster has no GPU free"
 
 
 def test_the_copy_compiles_under_the_numerics_the_job_trains_under(tiny_spec, tmp_path):
