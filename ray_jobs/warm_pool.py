@@ -293,7 +293,7 @@ def start_early(spec: FineTuneSpec, resumes_ray_train: bool, setting: str | None
     dataset filled in 7.4 s (bench/RESULTS.md). This worker, a :class:`WarmWorker` of the job's shape, imports and
     loads the base while the driver fetches the model and prepares the data; then it runs the loop and is stopped
     with the job, holding its worker's resources from the connect on (Ray queues it as it would Ray Train's). Nothing is
-    compiled on the base (8-10 s on the H200 where the node had the kernels); on a node without them the driver stops
+    compiled on the base (7.6-9.6 s more on the H200 where the node had the kernels); on a node without them the driver stops
     this worker for Ray Train and a copy compiled ahead (``ray_jobs.compile_ahead.launch``)."""
     setting = os.environ.get(EARLY_ENV, "") if setting is None else setting
     if why := early_why_not(spec, resumes_ray_train, setting, WarmSettings.from_env()):
