@@ -178,7 +178,7 @@ def launch(spec: FineTuneSpec, gpus_free: float, early: Any | None = None) -> tu
     cluster of several GPU nodes is otherwise left to each node's cache of earlier jobs). On the node the task takes
     a GPU no process holds (:func:`_idle_gpu`), and does nothing where the node has this key's kernels.
 
-    ``gpus_free``: GPUs free in Ray's count before ``early`` took one. ``early``: the job's own early worker (``ray_jobs.warm_pool.start_early``), just started. Where the node has the
+    ``gpus_free``: GPUs free in Ray's count before ``early`` took one. ``early``: the job's own early worker (``ray_jobs.early_worker``), just started. Where the node has the
     kernels it runs the job. Where it has not, it is stopped and the job runs on Ray Train while the copy compiles: on
     a fresh H200 node the copy, slowed by that worker's load beside it, ended 42 s after the worker was ready (78 s
     to the first step), where Ray Train's launch and load hid it (67-68 s, and then its first step ran under other

@@ -128,7 +128,7 @@ class _Job:
     opening: Future[Trackers] | None = None
     """:attr:`trackers` being opened, beside the model fetch, the data and the trainer's set-up."""
     early: Any | None = None
-    """The job's own worker (``ray_jobs.warm_pool.start_early``), starting beside the fetch and the data until the
+    """The job's own worker (``ray_jobs.early_worker``), starting beside the fetch and the data until the
     trainer's set-up leases it."""
     live_copied: float = 0.0
     """When the live files were last copied to an ``s3://`` run directory (``time.monotonic``)."""
@@ -143,7 +143,7 @@ class _Job:
             import ray
             from ray.util.queue import Queue
 
-            from ray_jobs import compile_ahead, warm_pool
+            from ray_jobs import compile_ahead, early_worker, warm_pool
             from ray_jobs.dataset_cache import prepare
             from ray_jobs.events import fit_while_forwarding
             from ray_jobs.model_cache import fetch_model
@@ -153,7 +153,7 @@ class _Job:
             run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
             ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
             gpus_free = ray.available_resources().get("GPU", 0)
-            self.early = warm_pool.start_early(spec, resumes_ray_train=ray_train_began)  # loads the base meanwhile
+            self.early = early_worker.start(spec, resumes_ray_train=ray_train_began)  # loads the base meanwhile
             ahead, self.early = compile_ahead.launch(spec, gpus_free, self.early)  # a node without the kernels: a copy
 
         emit(Event("phase", JobPhase("model", f"fetching {spec.model.path}").to_dict()))

@@ -138,7 +138,7 @@ class WarmSession:
     ready_for_s: float = 0.0
     """How long before this job the worker started its imports."""
     early: bool = False
-    """The job's own worker, started at its connect (``ray_jobs.warm_pool.start_early``), not the pool's."""
+    """The job's own worker, started at its connect (``ray_jobs.early_worker``), not the pool's."""
     rank: int = 0
     world: int = 1
     latest: ray.train.Checkpoint | None = None

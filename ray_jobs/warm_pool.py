@@ -16,6 +16,9 @@ stopped and their GPUs are free again. Rules that keep the pool from costing any
   that job runs, so a GPU held by a warm worker never keeps a job waiting.
 - New workers start only onto resources free at that moment; they never queue behind jobs.
 - A job whose warm worker fails resumes on Ray Train from the warm worker's last checkpoint.
+
+A job with no pool may get a warm worker of its own, started at its connect (``ray_jobs.early_worker``): a lease of
+this module's with no pool behind it.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class WarmWorker:
     def __init__(self, base: FineTuneSpec | None = None, early: bool = False) -> None:
         """``base``: the spec of the job before, whose base (if on this node's disk) is loaded now and kept for a
         job with the same, flex attention's kernels compiled on it (``ray_jobs.model.hold_base``). ``early``: the
-        worker is its job's own (:func:`start_early`) and ``base`` that job's: its first step compiles."""
+        worker is its job's own (``ray_jobs.early_worker``) and ``base`` that job's: its first step compiles."""
         start = time.time()
         for name in WARM_IMPORTS:
             try:
@@ -219,7 +222,7 @@ class WarmPool:
             if any(w is None for _, w in self.tokens):
                 return  # a job that took none is running: its resources are its own
             while len(self.idle) < self.settings.workers and self._room():
-                worker = _worker_class().options(num_gpus=self.shape.gpus, num_cpus=self.shape.cpus).remote(self.base)
+                worker = worker_class().options(num_gpus=self.shape.gpus, num_cpus=self.shape.cpus).remote(self.base)
                 self.idle.append((worker, worker.ready.remote()))
                 self.started += 1
 
@@ -259,7 +262,7 @@ def _alive(token: Any) -> bool:
         return False
 
 
-def _worker_class() -> Any:
+def worker_class() -> Any:
     import ray
 
     return ray.remote(WarmWorker)
@@ -269,7 +272,7 @@ def _worker_class() -> Any:
 class Lease:
     worker: Any
     pool: Any | None
-    """``None`` for the job's own early worker (:func:`start_early`)."""
+    """``None`` for the job's own early worker (``ray_jobs.early_worker``)."""
     token: Any
 
     def end(self) -> None:
@@ -282,51 +285,11 @@ class Lease:
             ray.get(self.pool.release.remote(self.token))
 
 
-EARLY_ENV = "RAYFT_EARLY_WORKER"
-
-
-def start_early(spec: FineTuneSpec, resumes_ray_train: bool, setting: str | None = None) -> Any | None:
-    """This job's own worker, started as soon as the driver is connected, or ``None`` (:func:`early_why_not`).
-
-    Why: through Ray Train, a one-GPU job's worker starts once the data is ready, then launches (controller,
-    placement group, process), imports and loads its base, one after the other: 48.9 s on an H200 node where a new
-    dataset filled in 7.4 s (bench/RESULTS.md). This worker, a :class:`WarmWorker` of the job's shape, imports and
-    loads the base while the driver fetches the model and prepares the data; then it runs the loop and is stopped
-    with the job, holding its worker's resources from the connect on (Ray queues it as it would Ray Train's). Nothing is
-    compiled on the base (7.6-9.6 s more on the H200 where the node had the kernels); on a node without them the driver stops
-    this worker for Ray Train and a copy compiled ahead (``ray_jobs.compile_ahead.launch``)."""
-    setting = os.environ.get(EARLY_ENV, "") if setting is None else setting
-    if why := early_why_not(spec, resumes_ray_train, setting, WarmSettings.from_env()):
-        log.info("no early worker: %s", why)
-        return None
-    shape = Shape.of(spec)
-    assert shape is not None
-    return _worker_class().options(num_gpus=shape.gpus, num_cpus=shape.cpus).remote(spec, early=True)
-
-
-def early_why_not(spec: FineTuneSpec, resumes_ray_train: bool, setting: str, settings: WarmSettings) -> str:
-    """Why :func:`start_early` starts no worker, with ``setting`` as ``RAYFT_EARLY_WORKER`` (``0``: never; ``1``: CPU
-    jobs too, as the CPU tests run it; unset: one-GPU jobs); empty where it starts one."""
-    if setting not in ("", "0", "1"):
-        raise ValueError(f"{EARLY_ENV}={setting!r}: 0 (never), 1 (CPU jobs too), or unset (one-GPU jobs)")
-    if setting == "0":
-        return f"{EARLY_ENV}=0"
-    if Shape.of(spec) is None:
-        return "a job of several workers runs on Ray Train"
-    if not spec.scaling.use_gpu and setting != "1":
-        return f"a CPU job ({EARLY_ENV}=1 starts one for CPU jobs too)"
-    if settings.workers:
-        return "the operator's warm pool serves one-worker jobs (RAYFT_WARM_WORKERS)"
-    if resumes_ray_train:
-        return "Ray Train resumes the run it began"
-    return ""
-
-
 def take(
     spec: FineTuneSpec, queue: Any, fits: bool = True, settings: WarmSettings | None = None, early: Any | None = None
 ) -> Lease | None:
     """A warm worker for this job, if the operator keeps a pool (``RAYFT_WARM_WORKERS``) and one fits; the pool is
-    made on the first call. Else the job's own ``early`` worker (:func:`start_early`), if it has one. ``queue``: the
+    made on the first call. Else the job's own ``early`` worker (``ray_jobs.early_worker``), if it has one. ``queue``: the
     job's event queue, whose life is the lease's. ``fits=False``: the job takes none whatever its shape (a pool
     that exists stands down for it, and an early worker is stopped)."""
     import ray

@@ -54,20 +54,3 @@ def test_rayft_warm_start_refuses_a_spec_no_warm_worker_serves_before_it_connect
     monkeypatch.setenv("RAYFT_WARM_WORKERS", "0")
     assert main([*argv, "--set", "scaling.num_workers=1"]) == 2
     assert "RAYFT_WARM_WORKERS is 0: set how many warm workers to keep" in capsys.readouterr().err
-
-
-def test_a_job_gets_an_early_worker_of_its_own_only_where_one_worker_runs_it_and_nothing_else_serves_it(tiny_spec):
-    from ray_jobs.warm_pool import early_why_not
-
-    one = tiny_spec.replace(scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1))
-    gpu = one.replace(scaling=dataclasses.replace(one.scaling, use_gpu=True))
-    off, pool = WarmSettings(), WarmSettings(workers=1)
-    assert early_why_not(gpu, False, "", off) == "", "a one-GPU job gets one by default"
-    assert early_why_not(one, False, "", off) == "a CPU job (RAYFT_EARLY_WORKER=1 starts one for CPU jobs too)"
-    assert early_why_not(one, False, "1", off) == ""
-    assert early_why_not(gpu, False, "0", off) == "RAYFT_EARLY_WORKER=0"
-    assert early_why_not(tiny_spec, False, "1", off) == "a job of several workers runs on Ray Train"
-    assert early_why_not(gpu, False, "", pool) == "the operator's warm pool serves one-worker jobs (RAYFT_WARM_WORKERS)"
-    assert early_why_not(gpu, True, "", off) == "Ray Train resumes the run it began"
-    with pytest.raises(ValueError, match=r"RAYFT_EARLY_WORKER='yes': 0 \(never\), 1 \(CPU jobs too\), or unset"):
-        early_why_not(gpu, False, "yes", off)
