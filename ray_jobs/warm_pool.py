@@ -344,7 +344,8 @@ def fit(
     from ray_jobs.session import latest_in
 
     failures = loop.spec.train.max_failures
-    if lease is not None and not _started(lease.worker.ready.remote()):  # a failed start is no failure of the job's
+    # An early worker's failed start is no failure of the job's; a pool checked its own worker's before lending it.
+    if lease is not None and lease.pool is None and not _started(lease.worker.ready.remote()):
         lease.end()
         lease = None
     if lease is not None:
