@@ -15,7 +15,10 @@
 # EARLY="1 0 1": RAYFT_EARLY_WORKER per run (the job's own worker started at its connect, ray_jobs/warm_pool.py;
 # "-" leaves it unset, the default: on for one-GPU jobs). FILL="1 1 0": 1 removes the dataset cache before that run,
 # so it fills again while the node keeps its compiled kernels (a new dataset on a node that ran jobs before).
-# RUNS is the longest of WARM, EARLY and FILL.
+# NODE="1 1 0": 1 makes that run a new node's first job: Ray stops, the node's caches go (datasets, models, compiled
+# kernels, torch's and Triton's own), Ray starts again. With RAYFT_KERNELS_URI set (ray_jobs/kernel_store.py), the
+# cluster's kernel store stays, as it would on shared storage.
+# RUNS is the longest of WARM, EARLY, FILL and NODE.
 #
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: DUMPS=1 bash bench/startup_7b.sh        (about 5 minutes)
@@ -23,13 +26,16 @@
 #                     and standing down, then two jobs on warm workers; about 8 minutes)
 #   early worker:     command: EARLY="- 0 - -" FILL="1 1 1 0" bash bench/startup_7b.sh   (a fresh node; a new dataset
 #                     through Ray Train and through the early worker; a cached one; about 6 minutes)
+#   kernel store:     command: RAYFT_KERNELS_URI=/tmp/kernel-store NODE="1 1 1 1" EARLY="- - - 0" bash bench/startup_7b.sh
+#                     (four new nodes: the first compiles and keeps its kernels, the next take them; about 8 minutes)
 set -euo pipefail
 source .gpu/env.sh
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled RAY_TRAIN_V2_ENABLED=1 RAY_worker_niceness=0
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-3}; RUNS=${RUNS:-3}; TREES=${TREES:-new:.}
 read -r -a warm <<< "${WARM:-}"; read -r -a early <<< "${EARLY:-}"; read -r -a fill <<< "${FILL:-}"
-for words in ${#warm[@]} ${#early[@]} ${#fill[@]}; do [ "$words" -gt 0 ] && [ "$words" -gt "${most:-0}" ] && most=$words; done
+read -r -a node <<< "${NODE:-}"
+for words in ${#warm[@]} ${#early[@]} ${#fill[@]} ${#node[@]}; do [ "$words" -gt 0 ] && [ "$words" -gt "${most:-0}" ] && most=$words; done
 RUNS=${most:-$RUNS}
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
@@ -51,10 +57,18 @@ trap 'python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true' EXIT
 names=()
 for entry in $TREES; do
   label=${entry%%:*}; tree=$(cd "${entry#*:}" && pwd)
-  ray stop --force >/dev/null 2>&1 || true
-  (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH ray start --head --node-ip-address=127.0.0.1 --num-gpus=1 \
-      --include-dashboard=false --disable-usage-stats >/dev/null)
+  start_head() {
+    ray stop --force >/dev/null 2>&1 || true
+    (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH ray start --head --node-ip-address=127.0.0.1 --num-gpus=1 \
+        --include-dashboard=false --disable-usage-stats >/dev/null)
+  }
+  start_head
   for run in $(seq 1 "$RUNS"); do
+    if [ "${node[$((run - 1))]:-0}" = 1 ] && [ "$run" -gt 1 ]; then  # a new node: nothing of the last job's caches
+      ray stop --force >/dev/null 2>&1 || true
+      rm -rf "$RAYFT_CACHE_DIR" /tmp/torchinductor_* ~/.triton/cache "${TRITON_CACHE_DIR:-/nonexistent}"
+      start_head
+    fi
     name="startup-$label-$run"; names+=("$name")
     if [ "${DUMPS:-}" = 1 ] && [ "$run" = 2 ] && [ "$entry" = "${TREES##* }" ]; then
       ( set +e; while true; do

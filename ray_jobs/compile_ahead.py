@@ -178,8 +178,10 @@ def launch(spec: FineTuneSpec, gpus_free: float, early: Any | None = None) -> tu
     cluster of several GPU nodes is otherwise left to each node's cache of earlier jobs). On the node the task takes
     a GPU no process holds (:func:`_idle_gpu`), and does nothing where the node has this key's kernels.
 
-    ``gpus_free``: GPUs free in Ray's count before ``early`` took one. ``early``: the job's own early worker (``ray_jobs.early_worker``), just started. Where the node has the
-    kernels it runs the job. Where it has not, it is stopped and the job runs on Ray Train while the copy compiles: on
+    ``gpus_free``: GPUs free in Ray's count before ``early`` took one. ``early``: the job's own early worker
+    (``ray_jobs.early_worker``), just started. Where the node has the kernels it runs the job; so it does where the
+    cluster's kernel store has them (``RAYFT_KERNELS_URI``), while the task fills the node's cache from there and the
+    worker waits for the task before its first step. Where neither has them, it is stopped and the job runs on Ray Train while the copy compiles: on
     a fresh H200 node the copy, slowed by that worker's load beside it, ended 42 s after the worker was ready (78 s
     to the first step), where Ray Train's launch and load hid it (67-68 s, and then its first step ran under other
     numerics than the copy's). Returns the copy's ``ObjectRef`` (or ``None``: :func:`why_not`) and the early worker
@@ -198,20 +200,24 @@ def launch(spec: FineTuneSpec, gpus_free: float, early: Any | None = None) -> tu
     if node is None:
         return None, early
     on_node = NodeAffinitySchedulingStrategy(node, soft=False)
+    # A process of its own that ends with the task (max_calls=1): its CUDA context and cached memory leave the GPU
+    # before the job plans its micro-batch from the free memory, and its CUDA_VISIBLE_DEVICES dies with it.
+    task = ray.remote(num_cpus=1, num_gpus=0, max_retries=0, max_calls=1)(_ahead_on_node).options(scheduling_strategy=on_node)
     if early is not None:
-        probe = ray.remote(num_cpus=0, max_retries=0)(_has_kernels).options(scheduling_strategy=on_node)
+        probe = ray.remote(num_cpus=0, max_retries=0)(kernels_at).options(scheduling_strategy=on_node)
         try:
-            if ray.get(probe.remote(spec), timeout=PROBE_S):
-                return None, early
+            found = ray.get(probe.remote(spec), timeout=PROBE_S)
         except ray.exceptions.RayError:  # optional, as the copy is: the early worker runs the job, compiling itself
             log.warning("could not learn whether the GPU node has the kernels; the early worker runs the job", exc_info=True)
             return None, early
+        if found == "node":
+            return None, early
+        if found == "store":  # the task fills the node's cache from the store; the early worker waits for it
+            log.info("the cluster's kernel store has this job's kernels: the node takes them, the early worker runs the job")
+            return task.remote(spec), early
         log.info("a node without this job's kernels: the early worker stops, Ray Train runs the job, a copy compiles")
         ray.kill(early)
-    # A process of its own that ends with the task (max_calls=1): its CUDA context and cached memory leave the GPU
-    # before the job plans its micro-batch from the free memory, and its CUDA_VISIBLE_DEVICES dies with it.
-    task = ray.remote(num_cpus=1, num_gpus=0, max_retries=0, max_calls=1)(_ahead_on_node)
-    return task.options(scheduling_strategy=on_node).remote(spec), None
+    return task.remote(spec), None
 
 
 PROBE_S = 60.0
@@ -235,10 +241,17 @@ def why_not(spec: FineTuneSpec, gpus_free: float, setting: str = "") -> str:
     return ""
 
 
-def _has_kernels(spec: FineTuneSpec) -> bool:
-    """The probe's task, on the GPU node: whether it ran the copy for ``spec``'s kernels (:func:`_marker`)."""
-    marker = _marker(_key_on_node(spec))
-    return marker is not None and marker.exists()
+def kernels_at(spec: FineTuneSpec) -> str:
+    """The probe's task, on the GPU node: where ``spec``'s kernels are. ``node``: it ran the copy, or took the kernels
+    from the store, for this key (:func:`_marker`); ``store``: the cluster's kernel store has them for this node's GPU
+    model (:mod:`ray_jobs.kernel_store`); empty: nowhere, the copy compiles them."""
+    from ray_jobs import kernel_store
+
+    key = _key_on_node(spec)
+    marker = _marker(key)
+    if marker is not None and marker.exists():
+        return "node"
+    return "store" if kernel_store.has(key) else ""
 
 
 def _key_on_node(spec: FineTuneSpec) -> str:
@@ -248,21 +261,51 @@ def _key_on_node(spec: FineTuneSpec) -> str:
     return kernels_key(spec, json.loads((Path(local) / "config.json").read_text()))
 
 
-def _ahead_on_node(spec: FineTuneSpec) -> str:
-    """The Ray task: the copy's first step on a GPU of this node that no process holds (:func:`_idle_gpu`), unless the
-    node has this key's kernels; what it did, in words, for the job's log."""
+def _ahead_on_node(spec: FineTuneSpec, device: str | None = None) -> str:
+    """The Ray task: this node's kernels for ``spec``, unless it has them. From the cluster's kernel store where it
+    holds them; else the copy's first step on ``device`` (``None``: a GPU of this node that no process holds,
+    :func:`_idle_gpu`), whose compiles then go to the store for the next node. What it did, in words, for the job's
+    log."""
+    import torch
+
+    from ray_jobs import kernel_store
+
     key = _key_on_node(spec)
     marker = _marker(key)
     if marker is not None and marker.exists():
         return f"this node already has the kernels of {key}"
-    device = _idle_gpu()
-    if device is None:
+    if (kept := kernel_store.read(key)) is not None:
+        took = _take(kept)
+        _mark(marker, json.dumps({"from_store": took}))
+        return f"took the kernels of {key} from the cluster's kernel store: {took}"
+    on = torch.device(device) if device is not None else _idle_gpu()
+    if on is None:
         return "no GPU on this node is free of other processes: nothing compiled ahead"
-    report = first_steps(spec, device)
+    report = first_steps(spec, on)
+    _mark(marker, report.to_json())
+    saved = torch.compiler.save_cache_artifacts()  # what this process compiled, in torch's portable form
+    shared = kernel_store.publish(key, saved[0]) if saved is not None else "nothing compiled to keep"
+    return f"compiled ahead on {on} in {sum(report.step_s) + report.load_s + report.copy_s:.1f} s, {shared}: {report.to_json()}"
+
+
+def _take(kept: bytes) -> str:
+    """Fill this node's compile cache with a store's kernels (``torch.compiler.load_cache_artifacts`` writes each
+    artifact where a compile looks it up); how many of each kind, in words."""
+    import torch
+
+    from ray_jobs.model import keep_compiled_kernels
+
+    keep_compiled_kernels()
+    started = time.perf_counter()
+    info = torch.compiler.load_cache_artifacts(kept)
+    kinds = ", ".join(f"{len(v)} {k}" for k, v in sorted((info.artifacts if info else {}).items()))
+    return f"{kinds or 'nothing'} ({len(kept) / 2**20:.1f} MiB) in {time.perf_counter() - started:.1f} s"
+
+
+def _mark(marker: Path | None, body: str) -> None:
     if marker is not None:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(report.to_json())
-    return f"compiled ahead on {device} in {sum(report.step_s) + report.load_s + report.copy_s:.1f} s: {report.to_json()}"
+        marker.write_text(body)
 
 
 def _marker(key: str) -> Path | None:

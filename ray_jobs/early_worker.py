@@ -3,7 +3,8 @@
 It is a warm worker (``ray_jobs.warm_pool.WarmWorker``) of the job's shape, lent to that job alone: the driver leases it
 in ``warm_pool.take``, and ``warm_pool.fit`` runs the loop on it with Ray Train behind it, as for a pool's worker. On an
 H200 a new dataset's job reached its first step in 33.2-39.0 s this way, against 67.8 s through Ray Train
-(bench/RESULTS.md). ``ray_jobs.compile_ahead.launch`` stops it on a node that has not compiled the job's kernels yet.
+(bench/RESULTS.md). ``ray_jobs.compile_ahead.launch`` stops it on a node that has not compiled the job's kernels yet
+and cannot take them from the cluster's kernel store (``ray_jobs.kernel_store``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def start(spec: FineTuneSpec, resumes_ray_train: bool, setting: str | None = Non
     and loads the base while the driver fetches the model and prepares the data; then it runs the loop and is stopped
     with the job. It holds the job's worker's resources from the connect on, and Ray queues it as it would Ray Train's.
     It compiles nothing on the base: that cost 7.6-9.6 s more than it saved on the H200, where the node had the
-    kernels. On a node without them, ``ray_jobs.compile_ahead.launch`` stops it for Ray Train and a copy."""
+    kernels. On a node without them, where the cluster's kernel store has none either, ``ray_jobs.compile_ahead.launch``
+    stops it for Ray Train and a copy."""
     setting = os.environ.get(ENV, "") if setting is None else setting
     if why := why_not(spec, resumes_ray_train, setting, WarmSettings.from_env()):
         log.info("no early worker: %s", why)

@@ -41,9 +41,23 @@ class Location:
         return self.fs.get_file_info(self.path).type != pafs.FileType.NotFound
 
     def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode())
+
+    def write_bytes(self, data: bytes) -> None:
+        """The whole file or none of it, for a reader at any moment: on S3 one PUT is atomic; a local file is
+        written beside and renamed into place."""
+        import uuid
+
         self.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
-        with self.fs.open_output_stream(self.path) as out:
-            out.write(text.encode())
+        target = self.path if not self.is_local else f"{self.path}.{uuid.uuid4().hex[:8]}.part"
+        with self.fs.open_output_stream(target) as out:
+            out.write(data)
+        if target != self.path:
+            self.fs.move(target, self.path)
+
+    def read_bytes(self) -> bytes:
+        with self.fs.open_input_stream(self.path) as stream:
+            return stream.read()
 
     def upload(self, local: Path) -> None:
         """Copy a local directory's files under this location, or a local file to it."""
@@ -82,19 +96,21 @@ class Location:
             self.fs.delete_dir(self.path)
 
 
-def location(uri: str) -> Location:
-    """The filesystem and path for a local directory or an ``s3://bucket/prefix`` URI."""
+def location(uri: str, *, team_keys: bool = True) -> Location:
+    """The filesystem and path for a local directory or an ``s3://bucket/prefix`` URI. ``team_keys=False``: S3
+    signed with the node's own identity, never the job's team's keys, for the operator's own stores (the
+    cluster's compiled kernels, ``ray_jobs.kernel_store``), which no team's keys may write."""
     import pyarrow.fs as pafs
 
     if uri.startswith("s3://"):
-        return Location(uri, s3_filesystem(), uri[len("s3://") :].rstrip("/"))
+        return Location(uri, s3_filesystem(team_keys=team_keys), uri[len("s3://") :].rstrip("/"))
     if "://" in uri:
         raise ValueError(f"unsupported storage URI {uri!r}: use a local path or s3://bucket/prefix")
     path = str(Path(uri).expanduser().resolve())
     return Location(path, pafs.LocalFileSystem(), path)
 
 
-def s3_filesystem() -> Any:
+def s3_filesystem(*, team_keys: bool = True) -> Any:
     import pyarrow.fs as pafs
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
@@ -105,7 +121,7 @@ def s3_filesystem() -> Any:
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         kwargs["region"] = region
-    keys = team_credentials()
+    keys = team_credentials() if team_keys else {}
     if keys:
         kwargs.update(
             access_key=keys["AWS_ACCESS_KEY_ID"],

@@ -90,11 +90,11 @@ def test_the_task_compiles_nothing_on_a_node_that_has_the_kernels_or_no_gpu_free
     key = compile_ahead.kernels_key(gpu, json.loads((tiny / "model" / "config.json").read_text()))
     marker = own_caches / "compile" / "ahead" / key
     assert not marker.exists(), "nothing ran, so nothing is marked"
-    assert not compile_ahead._has_kernels(gpu), "the probe: a job's early worker gives way to Ray Train and a copy"
+    assert compile_ahead.kernels_at(gpu) == "", "the probe: a job's early worker gives way to Ray Train and a copy"
     marker.parent.mkdir(parents=True)
     marker.write_text("{}")
     assert "already has the kernels" in compile_ahead._ahead_on_node(gpu)
-    assert compile_ahead._has_kernels(gpu), "the probe: the early worker runs the job"
+    assert compile_ahead.kernels_at(gpu) == "node", "the probe: the early worker runs the job"
 
 
 def test_the_copy_takes_a_gpu_no_process_holds_and_only_among_those_the_node_lets_it_see():

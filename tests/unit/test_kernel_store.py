@@ -1,0 +1,122 @@
+"""The cluster's compiled kernels (ray_jobs.kernel_store, and compile_ahead's task that writes and reads them): a new
+node's first job takes what another node compiled, the store is signed as the node and never as a team, and a store
+that fails loses nothing but the sharing. What a node saves by it is a GPU's measure (bench/startup_7b.sh, NODE)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_jobs import kernel_store
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_compiles_nothing(tiny_spec, tmp_path):
+    """Three processes, as three of the cluster's would be: node A's copy compiles and keeps its kernels in the store;
+    node B's task, on an empty compile cache, takes them instead of compiling; node B's job then misses no graph."""
+    spec = tiny_spec.replace(
+        model=dataclasses.replace(tiny_spec.model, compile=True),  # on CPU only a compiled layer has kernels to share
+        data=dataclasses.replace(tiny_spec.data, max_seq_len=64),
+        scaling=dataclasses.replace(tiny_spec.scaling, use_gpu=True, num_workers=1),
+    )
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    store = tmp_path / "store"
+
+    def on_node(node: str, code: str, store_uri: str | None = str(store)) -> str:
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "RAYFT_CACHE_DIR": str(tmp_path / node)}
+        if store_uri:
+            env[kernel_store.ENV] = store_uri
+        prelude = (
+            "import json, torch; from ray_jobs import compile_ahead; from rayft_contract.spec import FineTuneSpec; "
+            f"spec = FineTuneSpec.load({str(spec_file)!r}); "
+        )
+        done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, env=env, cwd=REPO)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    said = on_node("node-a", "print(compile_ahead._ahead_on_node(spec, device='cpu'))")
+    assert "compiled ahead on cpu" in said and "kept for other nodes" in said, said
+    assert [p.name for p in store.iterdir()] and all(f.name == "cpu.bin" for f in store.glob("*/*")), "key/gpu model"
+
+    assert on_node("node-b", "print(compile_ahead.kernels_at(spec))") == "store", "the probe: the early worker stays"
+    assert on_node("node-c", "print(repr(compile_ahead.kernels_at(spec)))", store_uri=None) == "''", "no store: a copy"
+    # No device given: had it compiled, it would have looked for a GPU this machine lacks and said so.
+    took = on_node("node-b", "print(compile_ahead._ahead_on_node(spec))")
+    assert "took the kernels" in took and "inductor" in took, took
+    assert on_node("node-b", "print(compile_ahead.kernels_at(spec))") == "node", "marked: the next job asks nothing"
+
+    job = on_node(
+        "node-b",
+        "r = compile_ahead.first_steps(spec, torch.device('cpu'), whole=True); print(json.dumps([r.cache_hits, r.cache_misses]))",
+    )
+    hits, misses = json.loads(job)
+    assert hits > 0 and misses == 0, f"the job's first step on node B: {hits} graphs from the store, {misses} compiled"
+    assert "already kept" in on_node(
+        "node-b", "from ray_jobs import kernel_store; print(kernel_store.publish(compile_ahead._key_on_node(spec), b'x'))"
+    )
+
+
+def test_the_store_is_signed_as_the_node_and_never_with_the_job_s_team_s_keys(tmp_path, monkeypatch):
+    """A team's keys write only what the team may; the kernels, which torch loads and runs, are the operator's."""
+    (tmp_path / "vision").mkdir()
+    (tmp_path / "vision" / "AWS_ACCESS_KEY_ID").write_text("AKVISION")
+    (tmp_path / "vision" / "AWS_SECRET_ACCESS_KEY").write_text("secret-of-vision")
+    monkeypatch.setenv("RAYFT_TEAM_CREDENTIALS_DIR", str(tmp_path))
+    monkeypatch.setenv("RAYFT_TEAM", "vision")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKNODE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-of-the-node")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv(kernel_store.ENV, "s3://operator/kernels")
+    kept = kernel_store.entry("k" * 24)
+    assert kept is not None and kept.path == f"operator/kernels/{'k' * 24}/cpu.bin"
+    _, (options,) = kept.fs.__reduce__()
+    assert "AKVISION" not in (options["access_key"], options["secret_key"]) and options["secret_key"] != "secret-of-vision"
+
+
+def test_kernels_kept_in_s3_are_read_back_whole_and_kept_once(s3_server, monkeypatch):
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="operator-kernels")
+    monkeypatch.setenv(kernel_store.ENV, "s3://operator-kernels/rayft")
+    key = "a" * 24
+    assert not kernel_store.has(key) and kernel_store.read(key) is None
+    assert "kept for other nodes in s3://operator-kernels/rayft" in kernel_store.publish(key, b"\x00kernels" * 1000)
+    assert kernel_store.has(key) and kernel_store.read(key) == b"\x00kernels" * 1000
+    assert "already kept" in kernel_store.publish(key, b"other"), "the first node's copy stays"
+    assert kernel_store.read(key) == b"\x00kernels" * 1000
+
+
+def test_without_a_store_or_with_one_that_fails_a_node_compiles_its_own_and_nothing_fails(tmp_path, monkeypatch):
+    monkeypatch.delenv(kernel_store.ENV, raising=False)
+    assert kernel_store.entry("k" * 24) is None and not kernel_store.has("k" * 24)
+    assert "RAYFT_KERNELS_URI unset" in kernel_store.publish("k" * 24, b"x")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv(kernel_store.ENV, str(blocked / "store"))  # under a file: nothing can be made there
+    assert not kernel_store.has("k" * 24) and kernel_store.read("k" * 24) is None
+    said = kernel_store.publish("k" * 24, b"x")
+    assert said.startswith("not kept for other nodes (") and "Error" in said, said
+
+
+def test_a_local_store_is_written_beside_and_renamed_so_no_part_file_is_ever_left(tmp_path, monkeypatch):
+    monkeypatch.setenv(kernel_store.ENV, str(tmp_path / "store"))
+    kernel_store.publish("b" * 24, b"y" * 4096)
+    files = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert [f.name for f in files] == ["cpu.bin"] and files[0].read_bytes() == b"y" * 4096
+
+
+@pytest.mark.parametrize("listing, model", [("NVIDIA H200\nNVIDIA H200\n", "NVIDIA-H200"), ("", "cpu")])
+def test_the_gpu_model_names_one_path_component(listing, model, tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert kernel_store.gpu_model() == model
