@@ -275,31 +275,19 @@ def _ahead_on_node(spec: FineTuneSpec, device: str | None = None) -> str:
     if marker is not None and marker.exists():
         return f"this node already has the kernels of {key}"
     if (kept := kernel_store.read(key)) is not None:
-        took = _take(kept)
+        took = kernel_store.take(kept)
         _mark(marker, json.dumps({"from_store": took}))
         return f"took the kernels of {key} from the cluster's kernel store: {took}"
     on = torch.device(device) if device is not None else _idle_gpu()
     if on is None:
         return "no GPU on this node is free of other processes: nothing compiled ahead"
+    triton_before = kernel_store.triton_entries()  # _marker set the node's caches
     report = first_steps(spec, on)
     _mark(marker, report.to_json())
     saved = torch.compiler.save_cache_artifacts()  # what this process compiled, in torch's portable form
-    shared = kernel_store.publish(key, saved[0]) if saved is not None else "nothing compiled to keep"
+    triton = kernel_store.pack_triton(kernel_store.triton_entries() - triton_before)
+    shared = kernel_store.publish(key, kernel_store.Kernels(saved[0], triton)) if saved is not None else "nothing compiled"
     return f"compiled ahead on {on} in {sum(report.step_s) + report.load_s + report.copy_s:.1f} s, {shared}: {report.to_json()}"
-
-
-def _take(kept: bytes) -> str:
-    """Fill this node's compile cache with a store's kernels (``torch.compiler.load_cache_artifacts`` writes each
-    artifact where a compile looks it up); how many of each kind, in words."""
-    import torch
-
-    from ray_jobs.model import keep_compiled_kernels
-
-    keep_compiled_kernels()
-    started = time.perf_counter()
-    info = torch.compiler.load_cache_artifacts(kept)
-    kinds = ", ".join(f"{len(v)} {k}" for k, v in sorted((info.artifacts if info else {}).items()))
-    return f"{kinds or 'nothing'} ({len(kept) / 2**20:.1f} MiB) in {time.perf_counter() - started:.1f} s"
 
 
 def _mark(marker: Path | None, body: str) -> None:

@@ -86,31 +86,93 @@ def test_kernels_kept_in_s3_are_read_back_whole_and_kept_once(s3_server, monkeyp
 
     boto3.client("s3").create_bucket(Bucket="operator-kernels")
     monkeypatch.setenv(kernel_store.ENV, "s3://operator-kernels/rayft")
-    key = "a" * 24
+    key, first = "a" * 24, kernel_store.Kernels(b"\x00kernels" * 1000, b"a tar")
     assert not kernel_store.has(key) and kernel_store.read(key) is None
-    assert "kept for other nodes in s3://operator-kernels/rayft" in kernel_store.publish(key, b"\x00kernels" * 1000)
-    assert kernel_store.has(key) and kernel_store.read(key) == b"\x00kernels" * 1000
-    assert "already kept" in kernel_store.publish(key, b"other"), "the first node's copy stays"
-    assert kernel_store.read(key) == b"\x00kernels" * 1000
+    assert "kept for other nodes in s3://operator-kernels/rayft" in kernel_store.publish(key, first)
+    assert kernel_store.has(key) and kernel_store.read(key) == first
+    assert "already kept" in kernel_store.publish(key, kernel_store.Kernels(b"other")), "the first node's copy stays"
+    assert kernel_store.read(key) == first
+    alone = "b" * 24  # a copy that compiled no Triton kernel of its own keeps the one file
+    kernel_store.publish(alone, kernel_store.Kernels(b"only"))
+    assert kernel_store.read(alone) == kernel_store.Kernels(b"only", b"")
 
 
 def test_without_a_store_or_with_one_that_fails_a_node_compiles_its_own_and_nothing_fails(tmp_path, monkeypatch):
     monkeypatch.delenv(kernel_store.ENV, raising=False)
     assert kernel_store.entry("k" * 24) is None and not kernel_store.has("k" * 24)
-    assert "RAYFT_KERNELS_URI unset" in kernel_store.publish("k" * 24, b"x")
+    assert "RAYFT_KERNELS_URI unset" in kernel_store.publish("k" * 24, kernel_store.Kernels(b"x"))
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     monkeypatch.setenv(kernel_store.ENV, str(blocked / "store"))  # under a file: nothing can be made there
     assert not kernel_store.has("k" * 24) and kernel_store.read("k" * 24) is None
-    said = kernel_store.publish("k" * 24, b"x")
+    said = kernel_store.publish("k" * 24, kernel_store.Kernels(b"x", b"y"))
     assert said.startswith("not kept for other nodes (") and "Error" in said, said
 
 
 def test_a_local_store_is_written_beside_and_renamed_so_no_part_file_is_ever_left(tmp_path, monkeypatch):
     monkeypatch.setenv(kernel_store.ENV, str(tmp_path / "store"))
-    kernel_store.publish("b" * 24, b"y" * 4096)
-    files = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
-    assert [f.name for f in files] == ["cpu.bin"] and files[0].read_bytes() == b"y" * 4096
+    kernel_store.publish("b" * 24, kernel_store.Kernels(b"y" * 4096, b"t"))
+    files = sorted(p for p in (tmp_path / "store").rglob("*") if p.is_file())
+    assert [f.name for f in files] == ["cpu.bin", "cpu.triton.tar"] and files[0].read_bytes() == b"y" * 4096
+
+
+def test_triton_kernels_outside_inductor_travel_as_a_tar_of_the_entries_the_copy_added(tmp_path, monkeypatch):
+    """Liger's @triton.jit kernels are in Triton's cache, not in torch's Mega-Cache."""
+    compiled = tmp_path / "node-a"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(compiled))
+    (compiled / "OLD").mkdir(parents=True)
+    before = kernel_store.triton_entries()
+    for name in ("HASH1", "HASH2"):
+        (compiled / name).mkdir()
+        (compiled / name / "kernel.cubin").write_bytes(name.encode() * 10)
+        (compiled / name / "kernel.json").write_text("{}")
+    assert kernel_store.triton_entries() - before == {"HASH1", "HASH2"}
+    tar = kernel_store.pack_triton(kernel_store.triton_entries() - before)
+    fresh = tmp_path / "node-b"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(fresh))
+    assert kernel_store.unpack_triton(tar) == 4
+    assert sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file()) == [
+        "HASH1/kernel.cubin",
+        "HASH1/kernel.json",
+        "HASH2/kernel.cubin",
+        "HASH2/kernel.json",
+    ]
+    assert (fresh / "HASH2" / "kernel.cubin").read_bytes() == b"HASH2" * 10
+    assert kernel_store.pack_triton(set()) == b"" and kernel_store.unpack_triton(b"") == 0
+
+
+def _tar_of(*members: tuple[str, bytes | str]) -> bytes:
+    """A tar with a file (bytes) or a symbolic link (str: its target) per member."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, what in members:
+            info = tarfile.TarInfo(name)
+            if isinstance(what, str):
+                info.type, info.linkname = tarfile.SYMTYPE, what
+                tar.addfile(info)
+            else:
+                info.size = len(what)
+                tar.addfile(info, io.BytesIO(what))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("member", [("../outside.so", b"evil"), ("HASH/link", "/etc/passwd"), ("HASH/up", "../../x")])
+def test_a_tar_that_would_write_or_link_outside_triton_s_cache_is_refused(member, tmp_path, monkeypatch):
+    import tarfile
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(tarfile.FilterError):
+        kernel_store.unpack_triton(_tar_of(member))
+    assert not (tmp_path / "outside.so").exists() and not any(p.is_symlink() for p in tmp_path.rglob("*"))
+
+
+def test_an_absolute_name_in_the_tar_lands_inside_triton_s_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    assert kernel_store.unpack_triton(_tar_of(("/tmp/rayft-absolute.so", b"evil"))) == 1
+    assert (tmp_path / "cache" / "tmp" / "rayft-absolute.so").exists() and not Path("/tmp/rayft-absolute.so").exists()
 
 
 @pytest.mark.parametrize("listing, model", [("NVIDIA H200\nNVIDIA H200\n", "NVIDIA-H200"), ("", "cpu")])
