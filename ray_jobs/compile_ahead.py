@@ -11,10 +11,11 @@ stepped on packed rows of the job's shape compiles the same kernels into the nod
 Nothing of the team's is run or read here beyond the base's ``config.json`` (parsed by transformers, no remote code)
 and the spec's shapes: the weights are random, and so are the rows' token ids.
 
-    python -m ray_jobs.compile_ahead SPEC.json [--whole] [--steps N]
+    python -m ray_jobs.compile_ahead SPEC.json [--set KEY=VALUE] [--whole] [--steps N] [--keep]
 
 prints one JSON line, an :class:`AheadReport`. ``--whole`` steps the base itself, as the job would, for the benchmark
-that measures what the copy saves (``bench/compile_ahead.sh``).
+that measures what the copy saves (``bench/compile_ahead.sh``). ``--keep``: the operator's, on a GPU of the model the
+cluster's nodes have, compiles the spec's kernels into the cluster's kernel store (:func:`keep`).
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def launch(spec: FineTuneSpec, gpus_free: float, early: Any | None = None) -> tu
     """Start the copy's first step from the driver once it is connected, as a Ray task with no GPU of its own, on the
     GPU node the job's worker will run on: the cluster's one GPU node, or the driver's where there are several (a
     cluster of several GPU nodes is otherwise left to each node's cache of earlier jobs). On the node the task takes
-    a GPU no process holds (:func:`_idle_gpu`), and does nothing where the node has this key's kernels.
+    a GPU no process holds (:func:`ray_jobs.node_gpus.idle_gpu`), and does nothing where the node has this key's kernels.
 
     ``gpus_free``: GPUs free in Ray's count before ``early`` took one. ``early``: the job's own early worker
     (``ray_jobs.early_worker``), just started. Where the node has the kernels it runs the job; so it does where the
@@ -264,11 +265,11 @@ def _key_on_node(spec: FineTuneSpec) -> str:
 def _ahead_on_node(spec: FineTuneSpec, device: str | None = None) -> str:
     """The Ray task: this node's kernels for ``spec``, unless it has them. From the cluster's kernel store where it
     holds them; else the copy's first step on ``device`` (``None``: a GPU of this node that no process holds,
-    :func:`_idle_gpu`), whose compiles then go to the store for the next node. What it did, in words, for the job's
+    :func:`ray_jobs.node_gpus.idle_gpu`), whose compiles then go to the store for the next node. What it did, in words, for the job's
     log."""
     import torch
 
-    from ray_jobs import kernel_store
+    from ray_jobs import kernel_store, node_gpus
 
     key = _key_on_node(spec)
     marker = _marker(key)
@@ -278,16 +279,54 @@ def _ahead_on_node(spec: FineTuneSpec, device: str | None = None) -> str:
         took = kernel_store.take(kept)
         _mark(marker, json.dumps({"from_store": took}))
         return f"took the kernels of {key} from the cluster's kernel store: {took}"
-    on = torch.device(device) if device is not None else _idle_gpu()
+    on = torch.device(device) if device is not None else node_gpus.idle_gpu()
     if on is None:
         return "no GPU on this node is free of other processes: nothing compiled ahead"
-    triton_before = kernel_store.triton_entries()  # _marker set the node's caches
+    return _compile_and_keep(spec, key, marker, on)
+
+
+def _compile_and_keep(spec: FineTuneSpec, key: str, marker: Path | None, on: torch.device) -> str:
+    """The copy's first step on ``on``, marked on this node, and what it compiled kept in the kernel store: torch's
+    Mega-Cache, and the Triton entries the step added (those already in the node's Triton cache stay out)."""
+    import torch
+
+    from ray_jobs import kernel_store
+
+    triton_before = kernel_store.triton_entries()  # _marker (or keep) set the caches
     report = first_steps(spec, on)
     _mark(marker, report.to_json())
     saved = torch.compiler.save_cache_artifacts()  # what this process compiled, in torch's portable form
     triton = kernel_store.pack_triton(kernel_store.triton_entries() - triton_before)
     shared = kernel_store.publish(key, kernel_store.Kernels(saved[0], triton)) if saved is not None else "nothing compiled"
     return f"compiled ahead on {on} in {sum(report.step_s) + report.load_s + report.copy_s:.1f} s, {shared}: {report.to_json()}"
+
+
+def keep(spec: FineTuneSpec, device: torch.device) -> str:
+    """For the operator (``--keep``): compile ``spec``'s kernels on ``device``, in a scratch cache of their own so that
+    every kernel is compiled and kept, into the cluster's kernel store. Then even the cluster's first job of that
+    shape takes them, as a new node does when another compiled them (29.4-33.7 s to the first step on an H200,
+    against 63.8-70.2 s, ``bench/RESULTS.md``). Once per preset, GPU model and image."""
+    import os
+
+    from ray_jobs import kernel_store
+    from ray_jobs.model import COMPILE_CACHE_ENV, TRITON_CACHE_ENV
+
+    key = _key_on_node(spec)
+    if kernel_store.entry(key) is None:
+        raise SystemExit(f"{kernel_store.ENV} is not set: no kernel store to keep {key}'s kernels in")
+    if kernel_store.has(key):
+        return f"the kernel store already keeps the kernels of {key}"
+    before = {name: os.environ.get(name) for name in (COMPILE_CACHE_ENV, TRITON_CACHE_ENV)}
+    with tempfile.TemporaryDirectory(prefix="rayft-keep-") as scratch:
+        os.environ[COMPILE_CACHE_ENV], os.environ[TRITON_CACHE_ENV] = scratch, os.path.join(scratch, "triton")
+        try:
+            return _compile_and_keep(spec, key, None, device)
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _mark(marker: Path | None, body: str) -> None:
@@ -303,47 +342,6 @@ def _marker(key: str) -> Path | None:
 
     kept = keep_compiled_kernels()
     return Path(kept) / "ahead" / key if kept else None
-
-
-def _idle_gpu() -> torch.device | None:
-    """A GPU of this node that no process holds, made this process's only one; ``None`` if there is none.
-
-    Read with ``nvidia-smi``, not torch: asking torch for each GPU's free memory opens a CUDA context (about 500 MB)
-    on every GPU of the node, other jobs' included. Called before this process's first CUDA call (the task runs in
-    a process of its own, ``max_calls=1``), so ``CUDA_VISIBLE_DEVICES`` still decides what it sees."""
-    import os
-    import shutil
-    import subprocess
-
-    import torch
-
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    query = [smi, "--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits"]
-    listed = subprocess.run(query, capture_output=True, text=True, timeout=60)
-    if listed.returncode != 0:
-        return None
-    uuid = pick_idle(listed.stdout, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if uuid is None:
-        return None
-    os.environ["CUDA_VISIBLE_DEVICES"] = uuid
-    return torch.device("cuda", 0) if torch.cuda.is_available() else None
-
-
-def pick_idle(listing: str, visible: str | None) -> str | None:
-    """From ``nvidia-smi``'s ``index, uuid, memory.used, memory.total`` lines, the UUID of the GPU with the least memory
-    in use, if that is under 5% of it (a CUDA context alone is about 0.4% of an H200), and among ``visible``
-    (``CUDA_VISIBLE_DEVICES``: indices or UUIDs) where that is set."""
-    allowed = {v.strip() for v in visible.split(",")} if visible is not None else None
-    idle = []
-    for line in listing.strip().splitlines():
-        index, uuid, used, total = (field.strip() for field in line.split(","))
-        if allowed is not None and index not in allowed and uuid not in allowed:
-            continue
-        if float(used) < 0.05 * float(total):
-            idle.append((float(used), uuid))
-    return min(idle)[1] if idle else None
 
 
 def wait(ref: Any) -> str:
@@ -368,11 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec", help="the job's spec, JSON or YAML (after its overrides)")
     parser.add_argument("--whole", action="store_true", help="step the base itself, not its one-layer copy")
     parser.add_argument("--steps", type=int, default=1, help="forward and backward passes (default 1)")
+    parser.add_argument("--keep", action="store_true", help="keep the kernels in the cluster's kernel store (RAYFT_KERNELS_URI)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, as rayft train")
     args = parser.parse_args(argv)
     import torch
 
-    spec = FineTuneSpec.load(args.spec)
+    spec = FineTuneSpec.load(args.spec, args.set)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    if args.keep:
+        print(keep(spec, device), flush=True)
+        return 0
     print(first_steps(spec, device, whole=args.whole, steps=args.steps).to_json(), flush=True)
     return 0
 

@@ -32,13 +32,11 @@ import dataclasses
 import io
 import logging
 import os
-import re
-import shutil
-import subprocess
 import tarfile
 import time
 from pathlib import Path
 
+from ray_jobs.node_gpus import gpu_model
 from ray_jobs.storage import Location, location
 
 log = logging.getLogger(__name__)
@@ -55,18 +53,6 @@ class Kernels:
     """``torch.compiler.save_cache_artifacts``'s bytes: inductor's, AOTAutograd's and autotuning's caches."""
     triton: bytes = b""
     """A tar of Triton's cache entries that inductor does not hold (Liger's kernels); empty where there are none."""
-
-
-def gpu_model() -> str:
-    """This node's GPU model as one path component (``NVIDIA-H200``), read with ``nvidia-smi`` (a CUDA context would
-    cost about 500 MB of a GPU another job may hold); ``cpu`` on a node without GPUs. torch checks the GPU itself on
-    load; the name keeps one model's kernels from hiding another's."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return "cpu"
-    listed = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=60)
-    names = listed.stdout.strip().splitlines() if listed.returncode == 0 else []
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", names[0].strip()) if names else "cpu"
 
 
 def entry(key: str) -> Location | None:

@@ -97,21 +97,6 @@ def test_the_task_compiles_nothing_on_a_node_that_has_the_kernels_or_no_gpu_free
     assert compile_ahead.kernels_at(gpu) == "node", "the probe: the early worker runs the job"
 
 
-def test_the_copy_takes_a_gpu_no_process_holds_and_only_among_those_the_node_lets_it_see():
-    listing = """0, GPU-aaa, 81234, 143771
-1, GPU-bbb, 4, 143771
-2, GPU-ccc, 0, 143771
-3, GPU-ddd, 512, 143771
-"""
-    assert compile_ahead.pick_idle(listing, None) == "GPU-ccc", "the least used of the idle ones"
-    assert compile_ahead.pick_idle(listing, "1,3") == "GPU-bbb", "indices in CUDA_VISIBLE_DEVICES"
-    assert compile_ahead.pick_idle(listing, "GPU-ddd") == "GPU-ddd", "or UUIDs"
-    assert compile_ahead.pick_idle(listing, "0") is None, "another job's GPU is never used"
-    assert compile_ahead.pick_idle(listing, "") is None, "a process Ray gave no GPU to sees none"
-    busy = "0, GPU-aaa, 9000, 143771\n"  # over 5% in use: someone's process
-    assert compile_ahead.pick_idle(busy, None) is None
-
-
 def _fails() -> None:
     raise RuntimeError("CUDA error: out of memory")
 

@@ -18,27 +18,38 @@ from ray_jobs import kernel_store
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_compiles_nothing(tiny_spec, tmp_path):
-    """Three processes, as three of the cluster's would be: node A's copy compiles and keeps its kernels in the store;
-    node B's task, on an empty compile cache, takes them instead of compiling; node B's job then misses no graph."""
+def compiled_spec(tiny_spec, tmp_path: Path) -> Path:
+    """The tiny preset as a one-GPU job whose layers are compiled (on CPU only a compiled layer has kernels to keep)."""
     spec = tiny_spec.replace(
-        model=dataclasses.replace(tiny_spec.model, compile=True),  # on CPU only a compiled layer has kernels to share
+        model=dataclasses.replace(tiny_spec.model, compile=True),
         data=dataclasses.replace(tiny_spec.data, max_seq_len=64),
         scaling=dataclasses.replace(tiny_spec.scaling, use_gpu=True, num_workers=1),
     )
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec.to_dict()))
+    return spec_file
+
+
+def python_on(node: Path, args: list[str], store: Path | None) -> subprocess.CompletedProcess:
+    """A fresh process, as a node's would be: its own cache root, the cluster's store where there is one."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(node), "RAYFT_CACHE_DIR": str(node / "cache")}
+    if store is not None:
+        env[kernel_store.ENV] = str(store)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_compiles_nothing(tiny_spec, tmp_path):
+    """Three processes, as three of the cluster's would be: node A's copy compiles and keeps its kernels in the store;
+    node B's task, on an empty compile cache, takes them instead of compiling; node B's job then misses no graph."""
+    spec_file = compiled_spec(tiny_spec, tmp_path)
     store = tmp_path / "store"
 
-    def on_node(node: str, code: str, store_uri: str | None = str(store)) -> str:
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "RAYFT_CACHE_DIR": str(tmp_path / node)}
-        if store_uri:
-            env[kernel_store.ENV] = store_uri
+    def on_node(node: str, code: str, store_uri: Path | None = store) -> str:
         prelude = (
             "import json, torch; from ray_jobs import compile_ahead; from rayft_contract.spec import FineTuneSpec; "
             f"spec = FineTuneSpec.load({str(spec_file)!r}); "
         )
-        done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, env=env, cwd=REPO)
+        done = python_on(tmp_path / node, ["-c", prelude + code], store_uri)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout.strip().splitlines()[-1]
 
@@ -47,7 +58,7 @@ def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_c
     assert [p.name for p in store.iterdir()] and all(f.name == "cpu.bin" for f in store.glob("*/*")), "key/gpu model"
 
     assert on_node("node-b", "print(compile_ahead.kernels_at(spec))") == "store", "the probe: the early worker stays"
-    assert on_node("node-c", "print(repr(compile_ahead.kernels_at(spec)))", store_uri=None) == "''", "no store: a copy"
+    assert on_node("node-c", "print(repr(compile_ahead.kernels_at(spec)))", None) == "''", "no store: a copy"
     # No device given: had it compiled, it would have looked for a GPU this machine lacks and said so.
     took = on_node("node-b", "print(compile_ahead._ahead_on_node(spec))")
     assert "took the kernels" in took and "inductor" in took, took
@@ -62,6 +73,21 @@ def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_c
     assert "already kept" in on_node(
         "node-b", "from ray_jobs import kernel_store; print(kernel_store.publish(compile_ahead._key_on_node(spec), b'x'))"
     )
+
+
+def test_an_operator_keeps_a_preset_s_kernels_before_any_job_and_is_told_when_there_is_no_store(tiny_spec, tmp_path):
+    """``--keep``: even the cluster's first job of a shape then takes its kernels. It compiles in a scratch cache of
+    its own, so every kernel is compiled and kept, and the machine's own caches stay as they were."""
+    spec_file = compiled_spec(tiny_spec, tmp_path)
+    keep = ["-m", "ray_jobs.compile_ahead", str(spec_file), "--set", "data.max_seq_len=64", "--keep"]  # as rayft train
+    nowhere = python_on(tmp_path / "operator", keep, None)
+    assert nowhere.returncode != 0 and "RAYFT_KERNELS_URI is not set" in nowhere.stderr, nowhere.stderr[-2000:]
+    kept = python_on(tmp_path / "operator", keep, tmp_path / "store")
+    assert kept.returncode == 0 and "kept for other nodes" in kept.stdout, kept.stderr[-3000:]
+    assert len(list((tmp_path / "store").glob("*/cpu.bin"))) == 1
+    assert not (tmp_path / "operator" / "cache" / "compile").exists(), "nothing compiled into the machine's cache"
+    again = python_on(tmp_path / "operator", keep, tmp_path / "store")
+    assert again.returncode == 0 and "already keeps" in again.stdout
 
 
 def test_the_store_is_signed_as_the_node_and_never_with_the_job_s_team_s_keys(tmp_path, monkeypatch):
@@ -173,12 +199,3 @@ def test_an_absolute_name_in_the_tar_lands_inside_triton_s_cache(tmp_path, monke
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     assert kernel_store.unpack_triton(_tar_of(("/tmp/rayft-absolute.so", b"evil"))) == 1
     assert (tmp_path / "cache" / "tmp" / "rayft-absolute.so").exists() and not Path("/tmp/rayft-absolute.so").exists()
-
-
-@pytest.mark.parametrize("listing, model", [("NVIDIA H200\nNVIDIA H200\n", "NVIDIA-H200"), ("", "cpu")])
-def test_the_gpu_model_names_one_path_component(listing, model, tmp_path, monkeypatch):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\nprintf '{listing}'\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert kernel_store.gpu_model() == model
