@@ -54,12 +54,6 @@ if [ "${IMPORTS:-}" = 1 ]; then
   sort -t'|' -k2 -n -r "$OUT/importtime.txt" | head -40 > "$OUT/importtime_top.txt" || true  # head ends the pipe early
 fi
 export RAYFT_CACHE_DIR=/tmp/startup-cache; rm -rf "$RAYFT_CACHE_DIR"
-if [ "${KEEP:-}" = 1 ]; then  # the operator keeps the preset's kernels in RAYFT_KERNELS_URI before any job
-  SECONDS=0
-  PYTHONPATH=$root:$PYTHONPATH python3 -m ray_jobs.compile_ahead "$PRESET" --set model.path=/tmp/llama-7b \
-    --set data.path=/tmp/chat.jsonl "${sets[@]}" --keep 2>&1 | tail -1 | tee -a "$OUT/startup.log"
-  echo "kept ahead (python -m ray_jobs.compile_ahead --keep) in ${SECONDS} s" | tee -a "$OUT/startup.log"
-fi
 trap 'python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true' EXIT
 
 names=()
@@ -71,8 +65,14 @@ for entry in $TREES; do
         --include-dashboard=false --disable-usage-stats >/dev/null)
   }
   start_head
+  if [ "${KEEP:-}" = 1 ]; then  # the operator keeps the preset's kernels in RAYFT_KERNELS_URI before any job
+    SECONDS=0
+    (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH python3 -m ray_jobs.compile_ahead "$PRESET" --set model.path=/tmp/llama-7b \
+      --set data.path=/tmp/chat.jsonl "${sets[@]}" --keep --address auto 2>&1 | tail -1 | tee -a "$OUT/startup.log")
+    echo "kept ahead (python -m ray_jobs.compile_ahead --keep) in ${SECONDS} s" | tee -a "$OUT/startup.log"
+  fi
   for run in $(seq 1 "$RUNS"); do
-    if [ "${node[$((run - 1))]:-0}" = 1 ] && [ "$run" -gt 1 ]; then  # a new node: nothing of the last job's caches
+    if [ "${node[$((run - 1))]:-0}" = 1 ] && { [ "$run" -gt 1 ] || [ "${KEEP:-}" = 1 ]; }; then  # a new node
       ray stop --force >/dev/null 2>&1 || true
       rm -rf "$RAYFT_CACHE_DIR" /tmp/torchinductor_* ~/.triton/cache "${TRITON_CACHE_DIR:-/nonexistent}"
       start_head

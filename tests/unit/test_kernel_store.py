@@ -75,19 +75,34 @@ def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_c
     )
 
 
-def test_an_operator_keeps_a_preset_s_kernels_before_any_job_and_is_told_when_there_is_no_store(tiny_spec, tmp_path):
-    """``--keep``: even the cluster's first job of a shape then takes its kernels. It compiles in a scratch cache of
-    its own, so every kernel is compiled and kept, and the machine's own caches stay as they were."""
+def test_an_operator_keeps_a_preset_s_kernels_before_any_job_whatever_the_node_s_cache_holds(tiny_spec, tmp_path):
+    """``--keep``'s task: even the cluster's first job of a shape then takes its kernels. It compiles in a scratch
+    cache of its own, so every kernel is compiled and kept, and the node's own caches stay as they were."""
     spec_file = compiled_spec(tiny_spec, tmp_path)
-    keep = ["-m", "ray_jobs.compile_ahead", str(spec_file), "--set", "data.max_seq_len=64", "--keep"]  # as rayft train
-    nowhere = python_on(tmp_path / "operator", keep, None)
-    assert nowhere.returncode != 0 and "RAYFT_KERNELS_URI is not set" in nowhere.stderr, nowhere.stderr[-2000:]
-    kept = python_on(tmp_path / "operator", keep, tmp_path / "store")
-    assert kept.returncode == 0 and "kept for other nodes" in kept.stdout, kept.stderr[-3000:]
+    code = (
+        "from ray_jobs import compile_ahead; from rayft_contract.spec import FineTuneSpec; "
+        f"print(compile_ahead._keep_on_node(FineTuneSpec.load({str(spec_file)!r}), device='cpu'))"
+    )
+    node = tmp_path / "gpu-node"
+
+    def keep(store: Path | None) -> str:
+        done = python_on(node, ["-c", code], store)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    assert "RAYFT_KERNELS_URI is not set on this node" in keep(None)
+    assert "kept for other nodes" in keep(tmp_path / "store")
     assert len(list((tmp_path / "store").glob("*/cpu.bin"))) == 1
-    assert not (tmp_path / "operator" / "cache" / "compile").exists(), "nothing compiled into the machine's cache"
-    again = python_on(tmp_path / "operator", keep, tmp_path / "store")
-    assert again.returncode == 0 and "already keeps" in again.stdout
+    assert not (node / "cache" / "compile").exists(), "nothing compiled into the node's cache"
+    assert "already keeps" in keep(tmp_path / "store")
+
+
+def test_keeping_kernels_on_a_cluster_without_a_gpu_node_says_so(ray_cluster, tiny_spec, tmp_path):
+    spec_file = compiled_spec(tiny_spec, tmp_path)
+    cli = ["-m", "ray_jobs.compile_ahead", str(spec_file), "--set", "train.max_steps=2", "--keep", "--address", ray_cluster.gcs]
+    done = python_on(tmp_path / "operator", cli, tmp_path / "store")
+    assert done.returncode != 0 and f"no GPU node in the Ray cluster at {ray_cluster.gcs}" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "store").exists()
 
 
 def test_the_store_is_signed_as_the_node_and_never_with_the_job_s_team_s_keys(tmp_path, monkeypatch):
