@@ -14,8 +14,8 @@ and the spec's shapes: the weights are random, and so are the rows' token ids.
     python -m ray_jobs.compile_ahead SPEC.json [--set KEY=VALUE] [--whole] [--steps N] [--keep [--address ADDR]]
 
 prints one JSON line, an :class:`AheadReport`. ``--whole`` steps the base itself, as the job would, for the benchmark
-that measures what the copy saves (``bench/compile_ahead.sh``). ``--keep``: the operator's; compiles the spec's kernels on a GPU
-node of the Ray cluster into the cluster's kernel store (:func:`keep`).
+that measures what the copy saves (``bench/compile_ahead.sh``). ``--keep``: the operator's; compiles the spec's
+kernels on a GPU node of the Ray cluster into the cluster's kernel store (:func:`keep`).
 """
 
 from __future__ import annotations
@@ -181,12 +181,12 @@ def launch(spec: FineTuneSpec, gpus_free: float, early: Any | None = None) -> tu
 
     ``gpus_free``: GPUs free in Ray's count before ``early`` took one. ``early``: the job's own early worker
     (``ray_jobs.early_worker``), just started. Where the node has the kernels it runs the job; so it does where the
-    cluster's kernel store has them (``RAYFT_KERNELS_URI``), while the task fills the node's cache from there and the
-    worker waits for the task before its first step. Where neither has them, it is stopped and the job runs on Ray Train while the copy compiles: on
-    a fresh H200 node the copy, slowed by that worker's load beside it, ended 42 s after the worker was ready (78 s
-    to the first step), where Ray Train's launch and load hid it (67-68 s, and then its first step ran under other
-    numerics than the copy's). Returns the copy's ``ObjectRef`` (or ``None``: :func:`why_not`) and the early worker
-    (or ``None``)."""
+    cluster's kernel store has them (``RAYFT_KERNELS_URI``), while the task fills the node's cache from there and
+    the worker waits for the task before its first step. Where neither has them, it is stopped and the job runs on
+    Ray Train while the copy compiles: on a fresh H200 node the copy, slowed by that worker's load beside it, ended
+    42 s after the worker was ready (78 s to the first step), where Ray Train's launch and load hid it (67-68 s, and
+    then its first step ran under other numerics than the copy's). Returns the copy's ``ObjectRef`` (or ``None``:
+    :func:`why_not`) and the early worker (or ``None``)."""
     import os
 
     import ray
@@ -265,8 +265,8 @@ def _key_on_node(spec: FineTuneSpec) -> str:
 def _ahead_on_node(spec: FineTuneSpec, device: str | None = None) -> str:
     """The Ray task: this node's kernels for ``spec``, unless it has them. From the cluster's kernel store where it
     holds them; else the copy's first step on ``device`` (``None``: a GPU of this node that no process holds,
-    :func:`ray_jobs.node_gpus.idle_gpu`), whose compiles then go to the store for the next node. What it did, in words, for the job's
-    log."""
+    :func:`ray_jobs.node_gpus.idle_gpu`), whose compiles then go to the store for the next node. What it did, in
+    words, for the job's log."""
     import torch
 
     from ray_jobs import kernel_store, node_gpus
@@ -303,11 +303,10 @@ def _compile_and_keep(spec: FineTuneSpec, key: str, marker: Path | None, on: tor
 
 def keep(spec: FineTuneSpec, address: str) -> str:
     """For the operator (``--keep``): compile ``spec``'s kernels into the cluster's kernel store before any job, so
-    that even the cluster's first job of that shape takes them, as a new node does when another compiled them
-    (29.4-33.7 s to the first step on an H200, against 63.8-70.2 s, ``bench/RESULTS.md``). Once per preset, GPU model
-    and image. It runs as the job's copy does, a Ray task on one of the cluster's GPU nodes (:func:`_keep_on_node`):
-    on an H200, a job took from the store only part of what a plain process outside Ray had kept (its first step
-    19.4-21.4 s, against 6.2-7.0 s from a copy's task)."""
+    that even the cluster's first job of that shape takes them (33.2 s to its first step on an H200, against
+    63.8-70.2 s, ``bench/RESULTS.md``). Once per preset, GPU model and image. It runs as the job's copy does, a Ray
+    task on one of the cluster's GPU nodes (:func:`_keep_on_node`): kept by a plain process outside Ray, the job
+    missed part of the kernels (its first step 19.4-21.4 s, against 7.1-8.1 s kept by the task)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -24,6 +24,9 @@ Trust: the file holds compiled code and pickles, which torch loads and runs. Onl
 the base's ``config.json`` and the spec's shapes, signed with the node's own identity (``team_keys=False``), never a
 team's keys. ``RAYFT_KERNELS_URI`` is the operator's, set on the Ray nodes (never in a spec), and must be a place
 no team's keys can write (``docs/kubernetes.md``). Unset: each node compiles its own, as before.
+
+A limit: the tar holds the Triton entries the copy *added*. A node that kept some of a new key's Liger kernels from
+an earlier key keeps them out of the tar, and a node that takes that key compiles them (a few seconds).
 """
 
 from __future__ import annotations
