@@ -28,6 +28,7 @@ from pathlib import Path
 TICKS = os.sysconf("SC_CLK_TCK")
 ROLES = (
     ("this sampler", ("cpu_by_process.py",)),
+    ("moto's S3 server", ("moto.server",)),  # the founding story's S3, on the same host (bench/s3_data_bench.py)
     ("tokenizer actor", ("TokenizeAndPack",)),
     ("read tasks", ("read_pieces", "ReadPieces", "FromItems")),
     ("re-cut (repartition)", ("Repartition", "repartition", "split")),

@@ -12,6 +12,12 @@ if [ ! -f /tmp/moto-site/.unpacked ]; then
 fi
 export MOTO_SITE=/tmp/moto-site
 echo "CPUs: $(nproc)"
+# CPU_SAMPLE=1: bench/cpu_by_process.py, as in data_device.sh: where the host's cores went, by role (moto's S3 server
+# among them, which a real S3 would not take from the host), in $OUT/cpu_by_role.json.
+if [ "${CPU_SAMPLE:-}" = 1 ]; then
+  rm -f /tmp/cpu.jsonl; python3 bench/cpu_by_process.py sample /tmp/cpu.jsonl & sampler=$!
+  trap 'kill $sampler 2>/dev/null; python3 bench/cpu_by_process.py summary /tmp/cpu.jsonl > "$OUT/cpu_by_role.json"' EXIT
+fi
 python3 -u bench/s3_data_bench.py founding --rows "${ROWS:-2000000}" --shards "${SHARDS:-32}" \
     --workers "${WORKERS:-12}" --sample-rows "${SAMPLE_ROWS:-20000}" 2>&1 \
   | grep --line-buffered -v "raylet\|WARNING\|core_worker.cc" | while IFS= read -r line; do echo "$(date +%T) $line"; done \
