@@ -39,6 +39,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from ray_jobs.model import TRITON_CACHE_ENV
 from ray_jobs.node_gpus import gpu_model
 from ray_jobs.storage import Location, location
 
@@ -59,8 +60,8 @@ class Kernels:
 
 
 def entry(key: str) -> Location | None:
-    """Where ``key``'s kernels for this node's GPU model are kept (the ``.bin``; the tar beside it); ``None`` where the
-    operator keeps none."""
+    """Where ``key``'s kernels for this node's GPU model are kept (the ``.bin``; the tar beside it, :func:`_triton_of`);
+    ``None`` where the operator keeps none."""
     uri = os.environ.get(ENV, "").strip()
     if not uri:
         return None
@@ -68,7 +69,8 @@ def entry(key: str) -> Location | None:
 
 
 def _triton_of(kept: Location) -> Location:
-    return Location(kept.uri.removesuffix(".bin") + ".triton.tar", kept.fs, kept.path.removesuffix(".bin") + ".triton.tar")
+    folder = Location(kept.uri.rsplit("/", 1)[0], kept.fs, kept.path.rsplit("/", 1)[0])
+    return folder.child(kept.path.rsplit("/", 1)[1].removesuffix(".bin") + ".triton.tar")
 
 
 def has(key: str) -> bool:
@@ -121,7 +123,7 @@ def publish(key: str, kernels: Kernels) -> str:
 def triton_entries() -> set[str]:
     """The entries (one directory per kernel) of this process's Triton cache, ``TRITON_CACHE_DIR``
     (:func:`ray_jobs.model.keep_compiled_kernels` sets it); empty where it is unset or not made yet."""
-    where = os.environ.get("TRITON_CACHE_DIR")
+    where = os.environ.get(TRITON_CACHE_ENV)
     return {p.name for p in Path(where).iterdir() if p.is_dir()} if where and Path(where).is_dir() else set()
 
 
@@ -132,7 +134,7 @@ def pack_triton(names: set[str]) -> bytes:
     library compiled with ``@triton.jit`` itself, and Triton has no portable form of its cache."""
     if not names:
         return b""
-    root = Path(os.environ["TRITON_CACHE_DIR"])
+    root = Path(os.environ[TRITON_CACHE_ENV])
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         for name in sorted(names):
@@ -144,7 +146,7 @@ def unpack_triton(data: bytes) -> int:
     """Add a :func:`pack_triton` tar's entries to this process's Triton cache; how many files. Regular files and
     directories under the cache only: tarfile's ``data`` filter refuses absolute paths, ``..``, links that leave
     the cache and device files."""
-    where = os.environ.get("TRITON_CACHE_DIR")
+    where = os.environ.get(TRITON_CACHE_ENV)
     if not data or not where:
         return 0
     Path(where).mkdir(parents=True, exist_ok=True)
