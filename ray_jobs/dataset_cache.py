@@ -245,10 +245,18 @@ def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> 
         tokenize_busy_s=busy.tokenize,
         pack_busy_s=busy.pack,
         workers=workers,
-        actors_ready_s=min(max((clock.actors_ready_ts or started) - started, 0.0), ended - started),
+        actors_ready_s=_since(clock.actors_ready_ts, started, ended),
         actor_init_s=clock.actor_init_s,
         first_batch_s=first_batch - started,
+        first_read_s=_since(clock.first_read_ts, started, ended),
+        first_block_s=_since(clock.first_block_ts, started, ended),
+        pinned=clock.pinned,
     )
+
+
+def _since(ts: float | None, started: float, ended: float) -> float:
+    """``ts`` as seconds into the fill, clamped to it (another node's clock may be off by a little); 0 for none."""
+    return 0.0 if ts is None else min(max(ts - started, 0.0), ended - started)
 
 
 def _read_split(payload: Any, split: str) -> Any:

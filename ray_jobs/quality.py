@@ -167,6 +167,12 @@ class FillClock:
     """When the last tokenizer actor finished its constructor."""
     actor_init_s: float = 0.0
     """The slowest constructor: the tokenizer's load (and the model fetch on a new node)."""
+    first_read_ts: float | None = None
+    """When the first reading task began (``ray_jobs.sources``)."""
+    first_block_ts: float | None = None
+    """When a reading task first handed on rows."""
+    pinned: int = 0
+    """Tokenizer actors that ran on a core of their own."""
 
 
 class RowLedger:
@@ -181,16 +187,28 @@ class RowLedger:
         self.last_batch_ts: float | None = None
         self.actors_ready_ts: float | None = None
         self.actor_init_s = 0.0
+        self.first_read_ts: float | None = None
+        self.first_block_ts: float | None = None
+        self.pinned = 0
         self.lines: dict[tuple[int, int], tuple[int, int]] = {}
         """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.sources``)."""
         self.nodes: set[str] = set()
         """The Ray nodes the tokenizer actors run on (each tells once, when it starts)."""
 
-    def add_node(self, node_id: str, init_s: float = 0.0) -> None:
-        """A tokenizer actor is ready, on ``node_id``, after a constructor of ``init_s`` seconds."""
+    def add_node(self, node_id: str, init_s: float = 0.0, pinned: bool = False) -> None:
+        """A tokenizer actor is ready, on ``node_id``, after a constructor of ``init_s`` seconds (``pinned``: on
+        a core of its own, ``ray_jobs.cores``)."""
         self.nodes.add(node_id)
+        self.pinned += pinned
         self.actors_ready_ts = time.time()
         self.actor_init_s = max(self.actor_init_s, init_s)
+
+    def reading(self, ts: float, handed_on: bool) -> None:
+        """A reading task began at ``ts`` (``handed_on``: handed on its first rows then)."""
+        if handed_on:
+            self.first_block_ts = ts if self.first_block_ts is None else min(self.first_block_ts, ts)
+        else:
+            self.first_read_ts = ts if self.first_read_ts is None else min(self.first_read_ts, ts)
 
     def node_count(self) -> int:
         return len(self.nodes)
@@ -225,6 +243,9 @@ class RowLedger:
             dataclasses.replace(self.busy),
             self.actors_ready_ts,
             self.actor_init_s,
+            self.first_read_ts,
+            self.first_block_ts,
+            self.pinned,
         )
 
     def get(self) -> QualityReport:

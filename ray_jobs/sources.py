@@ -250,6 +250,9 @@ def read_pieces(batch: Any, fs: Any, reader: str, scheme: str = "", ledger: Any 
     """Ray Data UDF: the records of each piece in ``batch`` (a table of :class:`Piece` rows), in blocks. Tells
     ``ledger`` how long its own work took (not the waits for the next stage to take a block)."""
     busy, since = 0.0, time.perf_counter()
+    if ledger is not None:  # when reading began and first handed on rows: the fill's start (not waited for)
+        ledger.reading.remote(time.time(), handed_on=False)
+    handed_on = False
     for row in batch.to_pylist():
         piece = Piece(**row)
         lines = 0
@@ -258,6 +261,9 @@ def read_pieces(batch: Any, fs: Any, reader: str, scheme: str = "", ledger: Any 
             if block is None:
                 continue
             busy += time.perf_counter() - since
+            if ledger is not None and not handed_on:
+                ledger.reading.remote(time.time(), handed_on=True)
+                handed_on = True
             yield block
             since = time.perf_counter()
         if ledger is not None and piece.end >= 0:  # a range: the ledger turns its lines into the file's

@@ -337,6 +337,14 @@ class FillTimes(Record):
     """Inside that: the slowest actor's constructor (the tokenizer's load)."""
     first_batch_s: float = 0.0
     """From the fill's start to the first tokenized batch's end (inside the stream: the first task's rows)."""
+    first_read_s: float = 0.0
+    """From the fill's start to the first reading task's start (the listing, the executor's start, a worker
+    process for the task), inside ``start_s``."""
+    first_block_s: float = 0.0
+    """From the fill's start to the first rows a reading task handed on. From there to ``start_s``, the rows
+    wait for Ray Data to cut them into a tokenizer task's batch and give it to an actor."""
+    pinned: int = 0
+    """Tokenizer actors that ran on a core of their own (``ray_jobs.cores``)."""
 
     PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
     """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
@@ -350,8 +358,9 @@ class FillTimes(Record):
             f"tokenize {self.tokenize_busy_s:.1f} s, pack {self.pack_busy_s:.1f} s"
         )
         return (
-            f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s), "
-            f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
+            f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s; "
+            f"first read at {self.first_read_s:.1f} s, its first rows at {self.first_block_s:.1f} s), "
+            f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors ({self.pinned} pinned): {busy}"
         )
 
 
