@@ -45,11 +45,7 @@ OUT = ROOT / "bench" / "out"
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument(
-        "--workers",
-        default="1,2",
-        help="tokenizer actor counts to try; a count ending in u (14u) runs its actors unpinned (ray_jobs.cores)",
-    )
+    parser.add_argument("--workers", default="1,2", help="tokenizer actor counts to try")
     parser.add_argument("--rows", type=int, default=10000)
     parser.add_argument("--skip-start", action="store_true", help="only the throughput part")
     parser.add_argument("--real-tokenizer", action="store_true", help="a 32k BPE on Zipf-word rows, and the bare-tokenizer line")
@@ -62,8 +58,7 @@ def main() -> None:
         help="after the table, every --workers fill again with each of these fill block sizes (MiB)",
     )
     args = parser.parse_args()
-    workers = [int(w.rstrip("u")) for w in args.workers.split(",")]
-    unpinned = [w.endswith("u") for w in args.workers.split(",")]
+    workers = [int(w) for w in args.workers.split(",")]
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rayft-data-bench-"))
     os.environ["RAYFT_CACHE_DIR"] = str(work / "cache")
@@ -128,12 +123,8 @@ def main() -> None:
         subset = spec
         if w <= 4 and small.exists():
             subset = spec.replace(data=dataclasses.replace(spec.data, path=str(small)))
-        from ray_jobs.cores import PIN_ENV
-
-        os.environ[PIN_ENV] = "0" if unpinned[i] else "1"  # read by the driver when it builds the fill
         results["throughput"].append(fill(subset, w, work / f"cache-{i}-w{w}", fill_only=args.fill_only))
         r = results["throughput"][-1]
-        r["unpinned"] = unpinned[i]
         r["x_one_actor"] = r["rows_per_s"] / results["throughput"][0]["rows_per_s"]
         versus = f"; {r['rows_per_s'] / w / results['bare']['rows_per_s']:.0%} of bare per actor" if "bare" in results else ""
         print(

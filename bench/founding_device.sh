@@ -2,7 +2,7 @@
 # The founding story at size on the lent H200 host's 16 CPU cores (no GPU used): a multi-GB gzipped JSONL
 # dataset in S3 (moto), a cold cache fill against one thread, then a warm start (bench/s3_data_bench.py founding).
 # Device call (from the repo root, after ../shared/device/make-bundle.sh and bash bench/make_moto_bundle.sh):
-#   carry: [".gpu", ".moto"]   command: bash bench/founding_device.sh          (about 8 minutes at 2M rows)
+#   carry: [".gpu", ".moto"]   command: bash bench/founding_device.sh          (about 6 minutes at 2M rows, 14 actors)
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
@@ -19,7 +19,7 @@ if [ "${CPU_SAMPLE:-}" = 1 ]; then
   trap 'kill $sampler 2>/dev/null; python3 bench/cpu_by_process.py summary /tmp/cpu.jsonl > "$OUT/cpu_by_role.json"' EXIT
 fi
 python3 -u bench/s3_data_bench.py founding --rows "${ROWS:-2000000}" --shards "${SHARDS:-32}" \
-    --workers "${WORKERS:-12}" --sample-rows "${SAMPLE_ROWS:-20000}" 2>&1 \
+    --workers "${WORKERS:-14}" --sample-rows "${SAMPLE_ROWS:-40000}" 2>&1 \
   | grep --line-buffered -v "raylet\|WARNING\|core_worker.cc" | while IFS= read -r line; do echo "$(date +%T) $line"; done \
   | tee "$OUT/log.txt"
 cp bench/out/s3_data_bench_founding.json "$OUT/" || true

@@ -67,9 +67,13 @@ def main() -> None:
                 for what in [*chunks, CONTROL]:
                     rates = [r[str(what)] for r in runs]
                     results.append({"repeat": repeat, "procs": n, "work": str(what), "per_proc": statistics.median(rates)})
-                print(f"repeat {repeat}, {n:2d} processes: " + ", ".join(
-                    f"{r['work']}: {r['per_proc']:,.0f}" for r in results if r["procs"] == n and r["repeat"] == repeat
-                ), flush=True)
+                print(
+                    f"repeat {repeat}, {n:2d} processes: "
+                    + ", ".join(
+                        f"{r['work']}: {r['per_proc']:,.0f}" for r in results if r["procs"] == n and r["repeat"] == repeat
+                    ),
+                    flush=True,
+                )
     report(results, procs, chunks)
 
 
@@ -77,7 +81,10 @@ def prepare(tmp: Path, data_rows: int, rows: int) -> tuple[str, Path]:
     """Zipf chat rows, a 32k BPE trained on them, and the first ``rows`` rows' ChatML segments (pickled)."""
     data, tok = tmp / "chat.jsonl", tmp / "tok32k"
     jobs = ["--jobs", str(os.cpu_count() or 1)]
-    subprocess.run([sys.executable, str(ROOT / "bench/make_chat_data.py"), str(data), "--rows", str(data_rows), "--lexicon", "zipf", *jobs], check=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench/make_chat_data.py"), str(data), "--rows", str(data_rows), "--lexicon", "zipf", *jobs],
+        check=True,
+    )
     subprocess.run([sys.executable, str(ROOT / "bench/real_tokenizer.py"), str(tok), "--data", str(data)], check=True)
     from ray_jobs.formats import Turn
     from ray_jobs.template import ChatEncoder, load_tokenizer

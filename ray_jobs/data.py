@@ -84,17 +84,10 @@ class TokenizeAndPack:
         chaos: Chaos = NO_CHAOS,
         val_from: int | None = None,
         val_fmt: str | None = None,
-        pin_core: bool = False,
     ):
         """``val_from``: with ``data.val_path``, the index of its first file; rows of files from there on are
-        the eval split, in format ``val_fmt``, and every other row trains. ``pin_core``: take a core of its
-        own where that is safe (``ray_jobs.cores``)."""
+        the eval split, in format ``val_fmt``, and every other row trains."""
         started = time.perf_counter()
-        core = None
-        if pin_core:
-            from ray_jobs.cores import claim_core, node_cpus
-
-            core = claim_core(node_cpus())
         from ray_jobs.model_cache import fetch_model
         from ray_jobs.template import ChatEncoder, load_tokenizer
 
@@ -110,8 +103,7 @@ class TokenizeAndPack:
         if ledger is not None:
             import ray
 
-            node = ray.get_runtime_context().get_node_id()
-            ray.get(ledger.add_node.remote(node, time.perf_counter() - started, pinned=core is not None))
+            ray.get(ledger.add_node.remote(ray.get_runtime_context().get_node_id(), time.perf_counter() - started))
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
         """Up to :data:`BATCHES_PER_TASK` tokenizer batches at once: every row templated and tokenized in one
@@ -236,8 +228,6 @@ def tokenize(
     ``batches_per_task``: tokenizer batches an actor task takes (:data:`BATCHES_PER_TASK` for a cache fill)."""
     import ray.data
 
-    from ray_jobs.cores import pinning_wanted
-
     val = inputs.val
     parts = []
     if val is None or "train" in splits:
@@ -264,7 +254,6 @@ def tokenize(
             "chaos": chaos,
             "val_from": val.files.first_index if val is not None else None,
             "val_fmt": val.format if val is not None else None,
-            "pin_core": pinning_wanted(),
         },
         batch_format="pyarrow",
         batch_size=task_rows,

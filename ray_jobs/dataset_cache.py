@@ -250,7 +250,6 @@ def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> 
         first_batch_s=first_batch - started,
         first_read_s=_since(clock.first_read_ts, started, ended),
         first_block_s=_since(clock.first_block_ts, started, ended),
-        pinned=clock.pinned,
     )
 
 

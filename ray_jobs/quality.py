@@ -171,8 +171,6 @@ class FillClock:
     """When the first reading task began (``ray_jobs.sources``)."""
     first_block_ts: float | None = None
     """When a reading task first handed on rows."""
-    pinned: int = 0
-    """Tokenizer actors that ran on a core of their own."""
 
 
 class RowLedger:
@@ -189,17 +187,14 @@ class RowLedger:
         self.actor_init_s = 0.0
         self.first_read_ts: float | None = None
         self.first_block_ts: float | None = None
-        self.pinned = 0
         self.lines: dict[tuple[int, int], tuple[int, int]] = {}
         """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.sources``)."""
         self.nodes: set[str] = set()
         """The Ray nodes the tokenizer actors run on (each tells once, when it starts)."""
 
-    def add_node(self, node_id: str, init_s: float = 0.0, pinned: bool = False) -> None:
-        """A tokenizer actor is ready, on ``node_id``, after a constructor of ``init_s`` seconds (``pinned``: on
-        a core of its own, ``ray_jobs.cores``)."""
+    def add_node(self, node_id: str, init_s: float = 0.0) -> None:
+        """A tokenizer actor is ready, on ``node_id``, after a constructor of ``init_s`` seconds."""
         self.nodes.add(node_id)
-        self.pinned += pinned
         self.actors_ready_ts = time.time()
         self.actor_init_s = max(self.actor_init_s, init_s)
 
@@ -245,7 +240,6 @@ class RowLedger:
             self.actor_init_s,
             self.first_read_ts,
             self.first_block_ts,
-            self.pinned,
         )
 
     def get(self) -> QualityReport:

@@ -343,8 +343,6 @@ class FillTimes(Record):
     first_block_s: float = 0.0
     """From the fill's start to the first rows a reading task handed on. From there to ``start_s``, the rows
     wait for Ray Data to cut them into a tokenizer task's batch and give it to an actor."""
-    pinned: int = 0
-    """Tokenizer actors that ran on a core of their own (``ray_jobs.cores``)."""
 
     PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
     """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
@@ -360,7 +358,7 @@ class FillTimes(Record):
         return (
             f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s; "
             f"first read at {self.first_read_s:.1f} s, its first rows at {self.first_block_s:.1f} s), "
-            f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors ({self.pinned} pinned): {busy}"
+            f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
         )
 
 
