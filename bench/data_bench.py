@@ -57,8 +57,15 @@ def main() -> None:
         default="",
         help="after the table, every --workers fill again with each of these fill block sizes (MiB)",
     )
+    parser.add_argument(
+        "--batches-per-task",
+        default="",
+        help="tokenizer batches an actor task takes in each fill, in turn over --workers (8,16: the first fill 8, the "
+        "next 16, ...); default ray_jobs.data.BATCHES_PER_TASK",
+    )
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
+    per_task = [int(b) for b in args.batches_per_task.split(",") if b]
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rayft-data-bench-"))
     os.environ["RAYFT_CACHE_DIR"] = str(work / "cache")
@@ -123,12 +130,19 @@ def main() -> None:
         subset = spec
         if w <= 4 and small.exists():
             subset = spec.replace(data=dataclasses.replace(spec.data, path=str(small)))
+        if per_task:
+            import ray_jobs.dataset_cache
+
+            ray_jobs.dataset_cache.BATCHES_PER_TASK = per_task[i % len(per_task)]  # read when the fill is built
         results["throughput"].append(fill(subset, w, work / f"cache-{i}-w{w}", fill_only=args.fill_only))
         r = results["throughput"][-1]
+        from ray_jobs import dataset_cache
+
+        r["batches_per_task"] = dataset_cache.BATCHES_PER_TASK
         r["x_one_actor"] = r["rows_per_s"] / results["throughput"][0]["rows_per_s"]
         versus = f"; {r['rows_per_s'] / w / results['bare']['rows_per_s']:.0%} of bare per actor" if "bare" in results else ""
         print(
-            f"{w:3d} tokenizer actors: {r['rows_per_s']:8,.0f} rows/s  {r['tokens_per_s']:10,.0f} tokens/s  "
+            f"{w:3d} tokenizer actors ({r['batches_per_task']} batches a task): {r['rows_per_s']:8,.0f} rows/s  {r['tokens_per_s']:10,.0f} tokens/s  "
             f"{r['x_one_actor']:.1f}x the first ({r['rows']:,} rows in {r['seconds']:.1f} s"
             + (f"; without the Parquet write {r['tokenize_only_s']:.1f} s" if "tokenize_only_s" in r else "")
             + f"{versus})"

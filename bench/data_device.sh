@@ -3,6 +3,8 @@
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: bash bench/data_device.sh            (about 3 minutes)
 #   the issue-14 table: ROWS=1000000 EXTRA="--real-tokenizer --small-rows 200000" bash bench/data_device.sh
+#   actor tasks of 8 and 16 batches in turn: ROWS=1000000 WORKERS=14,14,14,14 EXTRA="--real-tokenizer --fill-only
+#     --batches-per-task 8,16" bash bench/data_device.sh
 # CPU_SAMPLE=1: bench/cpu_by_process.py samples every process's CPU time and the cores' clock through the fills, and
 #   writes where the host's cores went, by role, in each stretch with 1 or 8+ tokenizer actors busy ($OUT/cpu_by_role.json).
 set -euo pipefail
