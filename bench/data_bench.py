@@ -130,14 +130,12 @@ def main() -> None:
         subset = spec
         if w <= 4 and small.exists():
             subset = spec.replace(data=dataclasses.replace(spec.data, path=str(small)))
-        if per_task:
-            import ray_jobs.dataset_cache
-
-            ray_jobs.dataset_cache.BATCHES_PER_TASK = per_task[i % len(per_task)]  # read when the fill is built
-        results["throughput"].append(fill(subset, w, work / f"cache-{i}-w{w}", fill_only=args.fill_only))
-        r = results["throughput"][-1]
         from ray_jobs import dataset_cache
 
+        if per_task:
+            dataset_cache.BATCHES_PER_TASK = per_task[i % len(per_task)]  # read when the fill is built
+        results["throughput"].append(fill(subset, w, work / f"cache-{i}-w{w}", fill_only=args.fill_only))
+        r = results["throughput"][-1]
         r["batches_per_task"] = dataset_cache.BATCHES_PER_TASK
         r["x_one_actor"] = r["rows_per_s"] / results["throughput"][0]["rows_per_s"]
         versus = f"; {r['rows_per_s'] / w / results['bare']['rows_per_s']:.0%} of bare per actor" if "bare" in results else ""

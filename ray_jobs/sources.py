@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ray_jobs.quality import StageSeconds
 from rayft_contract.spec import SpecError
 
 if TYPE_CHECKING:
@@ -249,10 +250,12 @@ def read_records(files: Files, path: str, ledger: Any = None, piece_bytes: int |
 def read_pieces(batch: Any, fs: Any, reader: str, scheme: str = "", ledger: Any = None) -> Iterator[dict[str, list[Any]]]:
     """Ray Data UDF: the records of each piece in ``batch`` (a table of :class:`Piece` rows), in blocks. Tells
     ``ledger`` how long its own work took (not the waits for the next stage to take a block)."""
+    import ray
+
     busy, since = 0.0, time.perf_counter()
-    if ledger is not None:  # when reading began and first handed on rows: the fill's start (not waited for)
+    told = ledger is None  # whether the ledger knows when this task first handed on rows (or there is none)
+    if not told:  # when reading began and first handed on rows: the fill's start (not waited for)
         ledger.reading.remote(time.time(), handed_on=False)
-    handed_on = False
     for row in batch.to_pylist():
         piece = Piece(**row)
         lines = 0
@@ -261,20 +264,14 @@ def read_pieces(batch: Any, fs: Any, reader: str, scheme: str = "", ledger: Any 
             if block is None:
                 continue
             busy += time.perf_counter() - since
-            if ledger is not None and not handed_on:
+            if not told:
                 ledger.reading.remote(time.time(), handed_on=True)
-                handed_on = True
+                told = True
             yield block
             since = time.perf_counter()
         if ledger is not None and piece.end >= 0:  # a range: the ledger turns its lines into the file's
-            import ray
-
             ray.get(ledger.add_lines.remote(piece.file, piece.piece, lines, piece.start))
     if ledger is not None:
-        import ray
-
-        from ray_jobs.quality import StageSeconds
-
         ray.get(ledger.add_busy.remote(StageSeconds(read=busy + time.perf_counter() - since)))
 
 
@@ -287,8 +284,8 @@ def _piece_blocks(fs: Any, piece: Piece, reader: str, scheme: str) -> Iterator[t
     if file_type(piece.path) != ".jsonl":  # whole-file formats: CSV, JSON (an array, or lines)
         with fs.open_input_stream(piece.path, compression="detect") as stream:
             records = split_records({"path": piece.path, "bytes": stream.read()}, reader, scheme, {piece.path: piece.file})
-        for block in _blocks(records):
-            yield block, len(records)
+        for i in range(0, len(records), RECORDS_PER_BLOCK):
+            yield _columns([{"piece": 0, **r} for r in records[i : i + RECORDS_PER_BLOCK]]), len(records)
         yield None, len(records)
         return
     lines = 0
@@ -357,11 +354,6 @@ def _lines(fs: Any, piece: Piece) -> Iterator[str]:
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return {key: [r[key] for r in rows] for key in ("source", "file", "piece", "line", "record")}
-
-
-def _blocks(records: list[dict[str, Any]]) -> Iterator[dict[str, list[Any]]]:
-    for i in range(0, len(records), RECORDS_PER_BLOCK):
-        yield _columns([{"piece": 0, **r} for r in records[i : i + RECORDS_PER_BLOCK]])
 
 
 def split_records(
