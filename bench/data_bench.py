@@ -63,6 +63,13 @@ def main() -> None:
         help="tokenizer batches an actor task takes in each fill, in turn over --workers (8,16: the first fill 8, the "
         "next 16, ...); default ray_jobs.data.BATCHES_PER_TASK",
     )
+    parser.add_argument(
+        "--rest",
+        type=float,
+        default=0.0,
+        help="idle seconds before each fill, so that every fill starts from a rested host (one core ran 10-35%% "
+        "slower right after an all-core fill on the lent host, and back after 30 s idle)",
+    )
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     per_task = [int(b) for b in args.batches_per_task.split(",") if b]
@@ -134,9 +141,11 @@ def main() -> None:
 
         if per_task:
             dataset_cache.BATCHES_PER_TASK = per_task[i % len(per_task)]  # read when the fill is built
+        time.sleep(args.rest)
         results["throughput"].append(fill(subset, w, work / f"cache-{i}-w{w}", fill_only=args.fill_only))
         r = results["throughput"][-1]
         r["batches_per_task"] = dataset_cache.BATCHES_PER_TASK
+        r["rest_s"] = args.rest
         r["x_one_actor"] = r["rows_per_s"] / results["throughput"][0]["rows_per_s"]
         versus = f"; {r['rows_per_s'] / w / results['bare']['rows_per_s']:.0%} of bare per actor" if "bare" in results else ""
         print(

@@ -41,6 +41,14 @@ def start_local_cluster(
       dedicated Ray node that only favours the raylet; on a shared machine (a laptop, a CI runner) any
       busy process starves the job: with two ``yes > /dev/null`` beside it, a 41 s tiny job took 11 min
       here. A local cluster runs its workers at the machine's normal priority.
+    - Ray keeps a node's idle workers only up to its free CPUs (``num_workers_soft_limit``) and kills the rest
+      after a second idle. A cache fill's tokenizer actors hold nearly every CPU, so its reading, re-cut and
+      writing tasks (a quarter CPU each) lost their workers between tasks, and each next task waited for a new
+      Python process. Two 60,000-row fills with 2 actors here started 20-24 workers and killed 8-12 idle; on
+      the H200 host, 0.7-0.8 of a core went to worker processes not yet titled (starting) while 14 actors
+      ran. A local cluster keeps up to ``max(num_cpus, 8)`` idle workers (here: 14 started, none killed; at
+      ``num_cpus``, 3, it still killed 3). An idle worker that ran a fill's task holds about 190 MB (RSS), and
+      a job's are gone when it ends. ``k8s/base/raycluster.yaml`` sets 8.
     - The dashboard agent (which runs Ray Jobs) listens on a port the OS picks, not Ray's fixed 52365:
       see :func:`_any_free_agent_port`.
     """
@@ -54,6 +62,7 @@ def start_local_cluster(
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     train_settings()
     os.environ.setdefault("RAY_worker_niceness", "0")
+    os.environ.setdefault("RAY_num_workers_soft_limit", str(max(num_cpus, 8)))
     import ray
 
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars

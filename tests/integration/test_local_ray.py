@@ -41,3 +41,51 @@ def test_a_second_local_cluster_beside_the_sessions_runs_jobs_and_so_does_the_fi
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.split() == ["SUCCEEDED", "True"], second.stdout  # its driver joined its own cluster
     assert run_to_end(JobSubmissionClient(ray_cluster.jobs_api), "python -c 'print(1)'").endswith("SUCCEEDED")
+
+
+def test_a_job_whose_actors_hold_most_cpus_keeps_its_task_workers_between_tasks(ray_cluster):
+    """A cache fill's tokenizer actors hold nearly every CPU while its reading, re-cut and writing tasks (a
+    quarter CPU each) come and go. Ray kills idle workers beyond the node's free CPUs after a second idle,
+    so each next task waited for a new Python process (ray_jobs.local_ray: num_workers_soft_limit). Here 3
+    actors hold 3 of the session cluster's 4 CPUs, and bursts of 3 such tasks come 2 s apart: with Ray's
+    default the bursts after the first ran on 2 new processes each."""
+    import collections
+    import os
+
+    import ray
+
+    @ray.remote(num_cpus=1)
+    class HoldsACpu:
+        def ready(self) -> bool:
+            return True
+
+    @ray.remote(num_cpus=0)
+    class Gate:
+        def __init__(self) -> None:
+            self.arrived: collections.Counter[int] = collections.Counter()
+
+        def arrive(self, burst: int) -> None:
+            self.arrived[burst] += 1
+
+        def count(self, burst: int) -> int:
+            return self.arrived[burst]
+
+    @ray.remote(num_cpus=0.25)
+    def pid(gate, burst: int) -> int:
+        ray.get(gate.arrive.remote(burst))
+        while ray.get(gate.count.remote(burst)) < 3:  # all three at once: a worker each, however slow the machine
+            time.sleep(0.05)
+        return os.getpid()
+
+    holders = [HoldsACpu.remote() for _ in range(3)]
+    gate = Gate.remote()
+    try:
+        ray.get([h.ready.remote() for h in holders], timeout=120)
+        pids: list[set[int]] = []
+        for burst in range(4):
+            pids.append(set(ray.get([pid.remote(gate, burst) for _ in range(3)], timeout=120)))
+            time.sleep(2.0)  # idle for twice Ray's kill threshold (idle_worker_killing_time_threshold_ms)
+    finally:
+        for actor in [*holders, gate]:
+            ray.kill(actor)
+    assert len(set().union(*pids)) == 3, f"worker processes per burst: {pids}"
