@@ -5,6 +5,9 @@
 #   the issue-14 table: ROWS=1000000 EXTRA="--real-tokenizer --small-rows 200000" bash bench/data_device.sh
 #   actor tasks of 8 and 16 batches in turn: ROWS=1000000 WORKERS=14,14,14,14 EXTRA="--real-tokenizer --fill-only
 #     --batches-per-task 8,16" bash bench/data_device.sh
+#   14 actors against one in turn, each fill after 30 s idle (the host slows fill after fill without it):
+#     CPU_SAMPLE=1 ROWS=1000000 WORKERS=14,1,14,1 EXTRA="--real-tokenizer --fill-only --small-rows 60000 --bare-procs 1
+#     --rest 30" bash bench/data_device.sh      (about 9 minutes)
 # CPU_SAMPLE=1: bench/cpu_by_process.py samples every process's CPU time and the cores' clock through the fills, and
 #   writes where the host's cores went, by role, in each stretch with 1 or 8+ tokenizer actors busy ($OUT/cpu_by_role.json).
 set -euo pipefail
