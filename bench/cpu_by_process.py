@@ -40,6 +40,9 @@ ROLES = (
     ("raylet", ("raylet",)),
     ("gcs", ("gcs_server",)),
     ("object store / dashboard / agents", ("plasma", "dashboard", "agent", "log_monitor", "monitor.py")),
+    # A Ray worker process before it takes Ray's title: starting up. (Sessions before 2026-12-04's thirteenth
+    # counted these as the driver; it was 0.7-0.8 of a core of workers Ray restarted mid-fill, see local_ray.)
+    ("Ray worker starting (no title yet)", ("ray/_private/workers/default_worker.py",)),
     ("driver (python)", ("python", "data_bench")),
 )
 

@@ -26,9 +26,11 @@ Writes ``bench/out/data_bench.json`` and ``bench/out/data_bench.png``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,7 @@ def main() -> None:
     per_task = [int(b) for b in args.batches_per_task.split(",") if b]
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rayft-data-bench-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # a million rows and their cache entries: GBs
     os.environ["RAYFT_CACHE_DIR"] = str(work / "cache")
 
     from ray_jobs.tiny import ensure_tiny_assets

@@ -15,9 +15,11 @@ Zipf rows and 32k BPE). Prints each fill's start (``FillTimes``) and writes ``--
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +45,7 @@ def main() -> None:
         return
 
     work = Path(tempfile.mkdtemp(prefix="rayft-fill-start-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the rows and a cache entry per fill
     data, tokenizer = work / "chat.jsonl", work / "tok32k"
     jobs = ["--jobs", str(os.cpu_count() or 1)]
     subprocess.run(

@@ -29,10 +29,12 @@ ChatML, 2,048-token packing. Writes ``bench/out/s3_data_bench_<mode>.json``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import gzip
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,6 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rayft-s3-bench-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the shards and their cache entries: GBs
     os.environ["RAYFT_CACHE_DIR"] = str(work / "cache")
     data, tokenizer = make_data(work, args.rows, args.shards)
     with moto_bucket() as fs:
