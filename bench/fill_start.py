@@ -7,9 +7,14 @@
 A job's tasks run only in worker processes of its own, so a new job starts processes for its tokenizer actors and for
 its reading, re-cut and writing tasks. ``bench/data_bench.py`` runs every fill in one driver (one job), where only the
 first fill pays for those. Here one cluster stays up and each fill runs in a driver process of its own that joins it
-(a new job, as the service's Ray Jobs do), ``--runs`` times. Each fill is cold (a cache of its own) on the same rows (``--real-tokenizer``'s
-Zipf rows and 32k BPE). Prints each fill's start (``FillTimes``) and writes ``--out`` (``bench/out/fill_start.json``), with the
-``RAY_worker*`` settings the cluster started with.
+(a new job, as the service's Ray Jobs do), ``--runs`` times. Each fill is cold (a cache of its own) on the same rows
+(``--real-tokenizer``'s Zipf rows and 32k BPE). Prints each fill's rate, start (``FillTimes``) and the worker
+processes it started, and writes ``--out`` (``bench/out/fill_start.json``) with the ``RAY_worker*`` settings.
+
+``--soft-limits=-1,16``: each fill on a new cluster, started with each ``RAY_num_workers_soft_limit`` in turn (how
+many idle workers Ray keeps, ``ray_jobs.local_ray``; -1 is Ray's own, the free CPUs), with how many workers Ray killed
+for being idle:
+    python3 -u bench/fill_start.py --rows 1000000 --workers 14 --runs 2 --soft-limits=-1,16   # the H200 host, ~6 min
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--workers", type=int, default=1, help="tokenizer actors")
     parser.add_argument("--runs", type=int, default=2, help="fills, each in a new job")
+    parser.add_argument(
+        "--soft-limits",
+        default="",
+        help="RAY_num_workers_soft_limit values (-1: Ray's own, the free CPUs): each fill then runs on a new cluster "
+        "started with each value in turn, --runs times",
+    )
     parser.add_argument("--out", default=str(OUT / "fill_start.json"))
     parser.add_argument("--one", nargs=2, metavar=("ADDRESS", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -61,27 +72,59 @@ def main() -> None:
         data=dataclasses.replace(spec.data, path=str(data), max_seq_len=2048, val_fraction=0.0, tokenize_workers=args.workers),
         output=dataclasses.replace(spec.output, dir=str(work / "runs")),
     )
-    from ray_jobs.local_ray import start_local_cluster
+    import ray
 
-    address = start_local_cluster(num_cpus=max(args.workers + 1, os.cpu_count() or 2))["gcs_address"]
+    from ray_jobs.local_ray import start_local_cluster
     from rayft_contract.records import FillTimes
 
+    limits = [int(v) for v in args.soft_limits.split(",") if v] or [None]
     fills: list[dict] = []
-    for run in range(args.runs):
-        cold = spec.replace(data=dataclasses.replace(spec.data, cache_uri=str(work / f"cache-{run}")))
-        spec_file = work / f"spec-{run}.json"
-        spec_file.write_text(json.dumps(cold.to_dict()))
-        done = subprocess.run(
-            [sys.executable, __file__, "--one", address, str(spec_file)], check=True, capture_output=True, text=True
-        )
-        fills.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"fill {run + 1}: {FillTimes.from_dict(fills[-1]['fill']).describe()}", flush=True)
+    address = None
+    for _ in range(args.runs):
+        for limit in limits:
+            if address is None or limit is not None:  # --soft-limits: a new cluster for each fill
+                ray.shutdown()
+                if limit is not None:
+                    os.environ["RAY_num_workers_soft_limit"] = str(limit)
+                address = start_local_cluster(num_cpus=max(args.workers + 1, os.cpu_count() or 2))["gcs_address"]
+            before = worker_logs()
+            cold = spec.replace(data=dataclasses.replace(spec.data, cache_uri=str(work / f"cache-{len(fills)}")))
+            spec_file = work / f"spec-{len(fills)}.json"
+            spec_file.write_text(json.dumps(cold.to_dict()))
+            done = subprocess.run(
+                [sys.executable, __file__, "--one", address, str(spec_file)], check=True, capture_output=True, text=True
+            )
+            after = worker_logs()
+            started, killed = len(after) - len(before), sum(killed_idle(log) for log in after)
+            fills.append({**json.loads(done.stdout.strip().splitlines()[-1]), "soft_limit": limit})
+            fills[-1] |= {"workers_started": started, "workers_killed_idle_so_far": killed}
+            fill = fills[-1]["fill"]
+            print(
+                f"fill {len(fills)}{'' if limit is None else f' (soft limit {limit})'}: "
+                f"{fills[-1]['rows'] / (fill['start_s'] + fill['stream_s'] + fill['write_s']):,.0f} rows/s, "
+                f"{started} worker processes started ({killed} killed idle in the cluster so far); "
+                f"{FillTimes.from_dict(fill).describe()}",
+                flush=True,
+            )
     starts = [f["fill"]["start_s"] for f in fills]
     print(f"the fill's start in a new job: {', '.join(f'{s:.1f}' for s in starts)} s (median {statistics.median(starts):.1f})")
-    settings = {k: v for k, v in os.environ.items() if k.startswith("RAY_worker")}
+    settings = {k: v for k, v in os.environ.items() if k.startswith(("RAY_worker", "RAY_num_workers"))}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     result = {"rows": args.rows, "workers": args.workers, "cpus": os.cpu_count(), "ray_settings": settings, "fills": fills}
     Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+def worker_logs() -> list[Path]:
+    """One log per worker process this cluster started: Ray writes ``python-core-worker-<id>_<pid>.log``."""
+    import ray
+
+    session = Path(ray._private.worker._global_node.get_session_dir_path())  # no public call names it
+    return sorted((session / "logs").glob("python-core-worker-*.log"))
+
+
+def killed_idle(log: Path) -> bool:
+    """Whether Ray ended this worker for being idle (its own words in the worker's log)."""
+    return "idle for a long time" in log.read_text(errors="replace")
 
 
 def one_fill(address: str, spec_file: str) -> dict:
