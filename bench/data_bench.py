@@ -136,12 +136,12 @@ def main() -> None:
     from ray_jobs.local_ray import quiet_ray_data
 
     quiet_ray_data()
+    from ray_jobs import dataset_cache
+
     for i, w in enumerate(workers):  # a count may repeat (--workers 1,14,1,14): each fill is cold, in a cache of its own
         subset = spec
         if w <= 4 and small.exists():
             subset = spec.replace(data=dataclasses.replace(spec.data, path=str(small)))
-        from ray_jobs import dataset_cache
-
         if per_task:
             dataset_cache.BATCHES_PER_TASK = per_task[i % len(per_task)]  # read when the fill is built
         time.sleep(args.rest)

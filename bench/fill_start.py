@@ -57,21 +57,10 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="rayft-fill-start-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)  # the rows and a cache entry per fill
-    data, tokenizer = work / "chat.jsonl", work / "tok32k"
-    jobs = ["--jobs", str(os.cpu_count() or 1)]
-    subprocess.run(
-        [sys.executable, str(ROOT / "bench/make_chat_data.py"), str(data), "--rows", str(args.rows), "--lexicon", "zipf", *jobs],
-        check=True,
-    )
-    subprocess.run([sys.executable, str(ROOT / "bench/real_tokenizer.py"), str(tokenizer), "--data", str(data)], check=True)
-    from rayft_contract.spec import FineTuneSpec
+    from s3_data_bench import base_spec, make_rows  # bench/ is this script's directory, first on sys.path
 
-    spec = FineTuneSpec.load(ROOT / "ray_jobs/presets/tiny_cpu.yaml")
-    spec = spec.replace(
-        model=dataclasses.replace(spec.model, path=str(tokenizer)),
-        data=dataclasses.replace(spec.data, path=str(data), max_seq_len=2048, val_fraction=0.0, tokenize_workers=args.workers),
-        output=dataclasses.replace(spec.output, dir=str(work / "runs")),
-    )
+    data, tokenizer = make_rows(work, args.rows)
+    spec = base_spec(tokenizer, work, args.workers, data=str(data))
     import ray
 
     from ray_jobs.local_ray import start_local_cluster
@@ -96,8 +85,8 @@ def main() -> None:
             )
             after = worker_logs()
             started, killed = len(after) - len(before), sum(killed_idle(log) for log in after)
-            fills.append({**json.loads(done.stdout.strip().splitlines()[-1]), "soft_limit": limit})
-            fills[-1] |= {"workers_started": started, "workers_killed_idle_so_far": killed}
+            measured = json.loads(done.stdout.strip().splitlines()[-1])
+            fills.append({**measured, "soft_limit": limit, "workers_started": started, "workers_killed_idle_so_far": killed})
             fill = fills[-1]["fill"]
             print(
                 f"fill {len(fills)}{'' if limit is None else f' (soft limit {limit})'}: "

@@ -85,8 +85,8 @@ def main() -> None:
     print(json.dumps(result, indent=2))
 
 
-def make_data(work: Path, rows: int, shards: int) -> tuple[list[Path], Path]:
-    """``rows`` zipf chat rows cut into ``shards`` gzipped JSONL files, and a 32k BPE trained on them."""
+def make_rows(work: Path, rows: int) -> tuple[Path, Path]:
+    """``rows`` zipf chat rows in one JSONL file, and a 32k BPE trained on them."""
     jsonl = work / "chat.jsonl"
     jobs = ["--jobs", str(os.cpu_count() or 1)] if rows > 100_000 else []
     subprocess.run(
@@ -95,6 +95,12 @@ def make_data(work: Path, rows: int, shards: int) -> tuple[list[Path], Path]:
     )
     tokenizer = work / "tok32k"
     subprocess.run([sys.executable, str(ROOT / "bench/real_tokenizer.py"), str(tokenizer), "--data", str(jsonl)], check=True)
+    return jsonl, tokenizer
+
+
+def make_data(work: Path, rows: int, shards: int) -> tuple[list[Path], Path]:
+    """``rows`` zipf chat rows cut into ``shards`` gzipped JSONL files, and a 32k BPE trained on them."""
+    jsonl, tokenizer = make_rows(work, rows)
     plain = [work / f"part-{k:04d}.jsonl" for k in range(shards)]
     outs = [p.open("w") for p in plain]
     with jsonl.open() as src:
@@ -184,13 +190,12 @@ def upload(fs, paths: list[Path]) -> int:
     return sum(p.stat().st_size for p in paths)
 
 
-def base_spec(tokenizer: Path, work: Path, workers: int) -> FineTuneSpec:
+def base_spec(tokenizer: Path, work: Path, workers: int, data: str = "s3://bench/data/") -> FineTuneSpec:
+    """The tiny CPU preset over ``data`` with the 32k BPE, 2,048-token packing and ``workers`` tokenizer actors."""
     spec = FineTuneSpec.load(ROOT / "ray_jobs/presets/tiny_cpu.yaml")
     return spec.replace(
         model=dataclasses.replace(spec.model, path=str(tokenizer)),
-        data=dataclasses.replace(
-            spec.data, path="s3://bench/data/", max_seq_len=2048, val_fraction=0.0, tokenize_workers=workers
-        ),
+        data=dataclasses.replace(spec.data, path=data, max_seq_len=2048, val_fraction=0.0, tokenize_workers=workers),
         output=dataclasses.replace(spec.output, dir=str(work / "runs")),
     )
 
