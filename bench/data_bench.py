@@ -163,9 +163,9 @@ def main() -> None:
             print(f"      fill: {FillTimes.from_dict(r['fill']).describe()}")
     results["block_sizes"] = []
     for mib in [int(m) for m in args.block_mib.split(",") if m]:
-        import ray_jobs.sources
+        import ray_jobs.reading
 
-        ray_jobs.sources.BLOCK_BYTES = mib * 2**20  # read when the fill's dataset is built
+        ray_jobs.reading.BLOCK_BYTES = mib * 2**20  # read when the fill's dataset is built
         for w in workers:
             subset = spec
             if w <= 4 and small.exists():

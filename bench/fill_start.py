@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fill_start.py --rows 5000 --workers 1 --runs 2     # 2 cores, about a minute
     python3 bench/fill_start.py --rows 200000 --workers 14 --runs 3   # the H200 host (device call, carry: [".gpu"]):
-      source .gpu/env.sh && PYTHONPATH=$PWD python3 -u bench/fill_start.py ...     about 90 s
+      source .gpu/env.sh && export PYTHONPATH=$PWD:$PYTHONPATH && python3 -u bench/fill_start.py ...     about 90 s
 
 A job's tasks run only in worker processes of its own, so a new job starts processes for its tokenizer actors and for
 its reading, re-cut and writing tasks. ``bench/data_bench.py`` runs every fill in one driver (one job), where only the
@@ -14,7 +14,7 @@ processes it started, and writes ``--out`` (``bench/out/fill_start.json``) with 
 ``--soft-limits=-1,16``: each fill on a new cluster, started with each ``RAY_num_workers_soft_limit`` in turn (how
 many idle workers Ray keeps, ``ray_jobs.local_ray``; -1 is Ray's own, the free CPUs), with how many workers Ray killed
 for being idle:
-    python3 -u bench/fill_start.py --rows 1000000 --workers 14 --runs 2 --soft-limits=-1,16   # the H200 host, ~6 min
+    python3 -u bench/fill_start.py --rows 600000 --workers 14 --runs 2 --soft-limits=-1,16 --rest 20  # H200 host, ~6 min
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +50,16 @@ def main() -> None:
         help="RAY_num_workers_soft_limit values (-1: Ray's own, the free CPUs): each fill then runs on a new cluster "
         "started with each value in turn, --runs times",
     )
+    parser.add_argument(
+        "--actors-per-reader",
+        default="",
+        help="ray_jobs.data.ACTORS_PER_READER values, in turn (0: no bound on the reading tasks at once)",
+    )
+    parser.add_argument(
+        "--rest", type=float, default=0.0, help="idle seconds before each fill, so that every fill starts from a rested host"
+    )
     parser.add_argument("--out", default=str(OUT / "fill_start.json"))
-    parser.add_argument("--one", nargs=2, metavar=("ADDRESS", "SPEC"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("ADDRESS", "SPEC", "ACTORS_PER_READER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_fill(*args.one)))
@@ -67,29 +77,43 @@ def main() -> None:
     from rayft_contract.records import FillTimes
 
     limits = [int(v) for v in args.soft_limits.split(",") if v] or [None]
+    per_reader = [int(v) for v in args.actors_per_reader.split(",") if v] or [-1]  # -1: the default
     fills: list[dict] = []
     address = None
     for _ in range(args.runs):
-        for limit in limits:
+        for limit, reading in itertools.product(limits, per_reader):
             if address is None or limit is not None:  # --soft-limits: a new cluster for each fill
                 ray.shutdown()
                 if limit is not None:
                     os.environ["RAY_num_workers_soft_limit"] = str(limit)
                 address = start_local_cluster(num_cpus=max(args.workers + 1, os.cpu_count() or 2))["gcs_address"]
+            time.sleep(args.rest)  # after the new cluster's start: the host rests, not the cluster's start-up
             before = worker_logs()
             cold = spec.replace(data=dataclasses.replace(spec.data, cache_uri=str(work / f"cache-{len(fills)}")))
             spec_file = work / f"spec-{len(fills)}.json"
             spec_file.write_text(json.dumps(cold.to_dict()))
             done = subprocess.run(
-                [sys.executable, __file__, "--one", address, str(spec_file)], check=True, capture_output=True, text=True
+                [sys.executable, __file__, "--one", address, str(spec_file), str(reading)], capture_output=True, text=True
             )
+            if done.returncode:
+                sys.exit(f"the fill's driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
             after = worker_logs()
             started, killed = len(after) - len(before), sum(killed_idle(log) for log in after)
             measured = json.loads(done.stdout.strip().splitlines()[-1])
-            fills.append({**measured, "soft_limit": limit, "workers_started": started, "workers_killed_idle_so_far": killed})
+            fills.append(
+                {
+                    **measured,
+                    "rest_s": args.rest,
+                    "soft_limit": limit,
+                    "actors_per_reader": None if reading < 0 else reading,
+                    "workers_started": started,
+                    "workers_killed_idle_so_far": killed,
+                }
+            )
             fill = fills[-1]["fill"]
             print(
-                f"fill {len(fills)}{'' if limit is None else f' (soft limit {limit})'}: "
+                f"fill {len(fills)}{'' if limit is None else f' (soft limit {limit})'}"
+                f"{'' if reading < 0 else f' ({reading or None} actors per reader)'}: "
                 f"{fills[-1]['rows'] / (fill['start_s'] + fill['stream_s'] + fill['write_s']):,.0f} rows/s, "
                 f"{started} worker processes started ({killed} killed idle in the cluster so far); "
                 f"{FillTimes.from_dict(fill).describe()}",
@@ -116,20 +140,50 @@ def killed_idle(log: Path) -> bool:
     return "idle for a long time" in log.read_text(errors="replace")
 
 
-def one_fill(address: str, spec_file: str) -> dict:
+def one_fill(address: str, spec_file: str, actors_per_reader: str) -> dict:
     """One cold fill in this process: a driver of its own, so a new job on the running cluster."""
     import ray
 
-    from ray_jobs import dataset_cache
+    from ray_jobs import data, dataset_cache
     from ray_jobs.local_ray import quiet_ray_data
     from rayft_contract.spec import FineTuneSpec
 
     os.environ["RAYFT_CACHE_DIR"] = str(Path(spec_file).parent / "model-cache")
     ray.init(address=address, log_to_driver=False)
     quiet_ray_data()
+    if int(actors_per_reader) >= 0:
+        data.ACTORS_PER_READER = int(actors_per_reader) or None
+    began = time.time()
     prepared = dataset_cache.prepare(FineTuneSpec.from_dict(json.loads(Path(spec_file).read_text())))
     assert prepared.cache.fill is not None, "the fill was a cache hit: each run needs a cache of its own"
-    return {"rows": prepared.cache.rows_tokenized, "fill": prepared.cache.fill.to_dict()}
+    return {"rows": prepared.cache.rows_tokenized, "fill": prepared.cache.fill.to_dict(), "tasks": first_tasks(began)}
+
+
+def first_tasks(began: float) -> dict[str, dict[str, float]]:
+    """For each kind of task this job ran (reading, re-cut, the tokenizer actors' start, writing): its count, and
+    its first task's times from ``began`` (this driver's call to prepare) in each state it passed: created
+    (``pending_args_avail``), waiting for a node and a worker, given a worker (``submitted_to_worker``), running.
+    Where a slow start waits: for a worker process, or for the task before it. Read from the GCS's task events
+    (``ray.timeline``'s source), since the state API needs the dashboard, which these clusters run without."""
+    import ray
+    from ray._private.state import state  # no public call gives task events without the dashboard
+    from ray.core.generated import common_pb2
+
+    job = ray.get_runtime_context().get_job_id()
+    first: dict[str, dict[str, float]] = {}
+    for event in state._get_all_task_events():
+        info = event.task_info
+        if info.job_id.hex() != job or not info.name:
+            continue
+        times = {common_pb2.TaskStatus.Name(k).lower(): v / 1e9 - began for k, v in event.state_updates.state_ts_ns.items()}
+        if "pending_args_avail" not in times:
+            continue  # a later update of a task whose first is in another event
+        key = f"{common_pb2.TaskType.Name(info.type).lower()}:{info.name}"
+        count = first.get(key, {}).get("count", 0) + 1
+        if key not in first or times["pending_args_avail"] < first[key]["pending_args_avail"]:
+            first[key] = times
+        first[key]["count"] = count
+    return dict(sorted(first.items(), key=lambda kv: kv[1]["pending_args_avail"]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The Ray Data pipeline: read records, template + tokenize + pack on CPU actors, feed the trainers.
 
-    read_records (ray_jobs.sources)  ->  TokenizeAndPack (actor pool, CPU)  ->  dataset cache / Ray Train
+    read_records (ray_jobs.reading)  ->  TokenizeAndPack (actor pool, CPU)  ->  dataset cache / Ray Train
 
 The tokenizer lives in a callable class, so each actor loads it once and keeps it. Every record is
 parsed and checked there: a bad one is counted by kind in the job's :class:`RowLedger` (see
@@ -30,7 +30,8 @@ from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.formats import BadRowError, detect_format, to_text, to_turns
 from ray_jobs.packing import Example, pack
 from ray_jobs.quality import BadRow, DataQualityError, QualityReport, StageSeconds
-from ray_jobs.sources import Files, peek_columns, read_records
+from ray_jobs.reading import read_records
+from ray_jobs.sources import Files, peek_columns
 from rayft_contract.spec import DataSpec, SpecError
 
 if TYPE_CHECKING:
@@ -49,6 +50,15 @@ Ray Data's driver ran about 40 actor tasks a second whatever they did: a UDF tha
 39-46 tasks/s on this 2-core machine, and a 12-actor fill on the 16-core H200 host to 40 tasks/s (10,200
 rows/s at 256 rows a task) on two hosts whose cores differed 2x in speed, the actors 35-71% busy. Packing is
 still per batch, in the data's order, so the entry is the same as with one batch a task."""
+
+ACTORS_PER_READER: int | None = 8
+"""Tokenizer actors per reading task a fill runs at once (at least 2 reading tasks; ``None``: no bound, as many as
+fit, one per piece). A reading task is far faster than an actor: 600,000 chat rows took the reading tasks 3.0-3.6 s
+of work in all, against 388-482 s of tokenizing over 14 actors, and 2M rows of gzipped shards in S3 took 30 s of
+reading against 145 s of 12 actors' stream (``bench/RESULTS.md``). Unbounded, a new job's fill started
+one reading task per piece at once, and each new worker process imports Ray Data (1-3 s) beside the 14 actors doing
+the same: on the 16-core H200 host, 200,000 rows, the first tokenizer task began 7.0-7.2 s into the fill, against
+5.1-5.9 s with one or two reading tasks at once (``bench/fill_start.py --actors-per-reader``)."""
 
 
 def resolve_format(data: DataSpec, files: Files) -> str:
@@ -229,12 +239,14 @@ def tokenize(
     import ray.data
 
     val = inputs.val
+    readers = None if ACTORS_PER_READER is None else max(2, -(-data.tokenize_workers // ACTORS_PER_READER))
+    reading = {"ledger": ledger, "at_once": readers, "delay_s": chaos.read_delay_s}
     parts = []
     if val is None or "train" in splits:
-        parts.append(read_records(inputs.files, data.path, ledger))
+        parts.append(read_records(inputs.files, data.path, **reading))
     if val is not None and "eval" in splits:
-        parts.append(read_records(val.files, data.val_path, ledger))
-    # Records arrive in the reading tasks' blocks (``ray_jobs.sources``); cut them into tokenizer-sized blocks
+        parts.append(read_records(val.files, data.val_path, **reading))
+    # Records arrive in the reading tasks' blocks (``ray_jobs.reading``); cut them into tokenizer-sized blocks
     # so that every actor gets work and each packed batch streams on as soon as it is ready.
     records = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
     # strict: every task's rows but the last are exactly BATCHES_PER_TASK tokenizer batches in the data's order,

@@ -30,7 +30,7 @@ from ray_jobs.data_order import CachedOrder, CacheFile
 from ray_jobs.model_cache import Fetched, fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
 from ray_jobs.quality import FillClock, QualityReport
-from ray_jobs.sources import HELPER_CPUS
+from ray_jobs.reading import HELPER_CPUS
 from rayft_contract.records import DatasetCacheInfo, FillTimes
 from rayft_contract.spec import FineTuneSpec
 
@@ -250,6 +250,7 @@ def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> 
         first_batch_s=first_batch - started,
         first_read_s=_since(clock.first_read_ts, started, ended),
         first_block_s=_since(clock.first_block_ts, started, ended),
+        readers_at_once=clock.readers_at_once,
     )
 
 

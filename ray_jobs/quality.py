@@ -23,6 +23,7 @@ the blocks were scheduled.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections import Counter
 from typing import Any
@@ -168,9 +169,11 @@ class FillClock:
     actor_init_s: float = 0.0
     """The slowest constructor: the tokenizer's load (and the model fetch on a new node)."""
     first_read_ts: float | None = None
-    """When the first reading task began (``ray_jobs.sources``)."""
+    """When the first reading task began (``ray_jobs.reading``)."""
     first_block_ts: float | None = None
     """When a reading task first handed on rows."""
+    readers_at_once: int = 0
+    """The most reading tasks that ran at the same time."""
 
 
 class RowLedger:
@@ -188,9 +191,11 @@ class RowLedger:
         self.first_read_ts: float | None = None
         self.first_block_ts: float | None = None
         self.lines: dict[tuple[int, int], tuple[int, int]] = {}
-        """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.sources``)."""
+        """(file, piece) -> (its lines, its first byte), from the reading tasks (``ray_jobs.reading``)."""
         self.nodes: set[str] = set()
         """The Ray nodes the tokenizer actors run on (each tells once, when it starts)."""
+        self.read_spans: list[tuple[float, float]] = []
+        """When each reading task ran (``time.time()``, its first line to its last)."""
 
     def add_node(self, node_id: str, init_s: float = 0.0) -> None:
         """A tokenizer actor is ready, on ``node_id``, after a constructor of ``init_s`` seconds."""
@@ -226,9 +231,16 @@ class RowLedger:
             self.busy.add(busy)
         return self.report.rows >= MIN_ROWS_FOR_EARLY_FAIL and self.report.bad_frac > self.max_frac
 
-    def add_busy(self, busy: StageSeconds) -> None:
-        """A reading task's seconds (``ray_jobs.sources``)."""
+    def add_busy(self, busy: StageSeconds, span: tuple[float, float] | None = None) -> None:
+        """A reading task's seconds (``ray_jobs.reading``), and when it ran."""
         self.busy.add(busy)
+        if span is not None:
+            self.read_spans.append(span)
+
+    def readers_at_once(self) -> int:
+        """The most reading tasks that ran at the same time."""
+        edges = sorted([(start, 1) for start, _ in self.read_spans] + [(end, -1) for _, end in self.read_spans])
+        return max(itertools.accumulate(step for _, step in edges), default=0)
 
     def clock(self) -> FillClock:
         return FillClock(
@@ -240,6 +252,7 @@ class RowLedger:
             self.actor_init_s,
             self.first_read_ts,
             self.first_block_ts,
+            self.readers_at_once(),
         )
 
     def get(self) -> QualityReport:

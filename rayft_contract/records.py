@@ -343,6 +343,8 @@ class FillTimes(Record):
     first_block_s: float = 0.0
     """From the fill's start to the first rows a reading task handed on. From there to ``start_s``, the rows
     wait for Ray Data to cut them into a tokenizer task's batch and give it to an actor."""
+    readers_at_once: int = 0
+    """The most reading tasks that ran at the same time (``ray_jobs.data.ACTORS_PER_READER`` bounds them)."""
 
     PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
     """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
@@ -357,7 +359,8 @@ class FillTimes(Record):
         )
         return (
             f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s; "
-            f"first read at {self.first_read_s:.1f} s, its first rows at {self.first_block_s:.1f} s), "
+            f"first read at {self.first_read_s:.1f} s, its first rows at {self.first_block_s:.1f} s; "
+            f"{self.readers_at_once} reading tasks at most at once), "
             f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
         )
 
@@ -437,7 +440,7 @@ class BadRowSample(Record):
     file_index: int
     """The file's position in the sorted listing of ``data.path`` (``ray_jobs.sources.data_files``)."""
     piece: int = 0
-    """Which range of the file it was read in (``ray_jobs.sources.pieces_of``); 0 once ``line`` is the file's."""
+    """Which range of the file it was read in (``ray_jobs.reading.pieces_of``); 0 once ``line`` is the file's."""
     line: int = 0
     """1-based line of a JSONL file (within its piece until resolved), or row number in the other file types."""
     kind: str = dataclasses.field(default="", compare=False)

@@ -1,4 +1,4 @@
-"""The Ray Data read on the session cluster: large files cut into pieces, every row counted once (ray_jobs.sources, ray_jobs.data)."""
+"""The Ray Data read on the session cluster: large files cut into pieces, every row counted once (ray_jobs.reading, ray_jobs.data)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ray_jobs import sources
+from ray_jobs import reading
 from ray_jobs.data import new_ledger, tokenize
 from ray_jobs.preflight import data_inputs
 from ray_jobs.tiny import write_dataset_with_bad_rows
@@ -23,12 +23,12 @@ def test_a_file_larger_than_a_piece_is_read_by_several_tasks_and_each_row_counte
         data=dataclasses.replace(tiny_spec.data, path=str(path), val_fraction=0.0, max_bad_row_frac=0.1, overlong="drop")
     )
     size = path.stat().st_size
-    monkeypatch.setattr(sources, "PIECE_BYTES", size // 6)  # the driver plans the pieces: 7 ranges of this file
+    monkeypatch.setattr(reading, "PIECE_BYTES", size // 6)  # the driver plans the pieces: 7 ranges of this file
     inputs = data_inputs(spec)
     assert inputs.files.sizes == (size,)
 
     ledger = new_ledger(spec.data, fail_early=False)
-    records = sources.read_records(inputs.files, spec.data.path, ledger).take_all()
+    records = reading.read_records(inputs.files, spec.data.path, ledger).take_all()
     assert len({r["piece"] for r in records}) == 7, "seven ranges, each a task of its own"
     lines_of = ray_get(ledger.lines_by_piece.remote())
     assert sum(n for n, _ in lines_of.values()) == 1500
@@ -48,6 +48,30 @@ def test_a_file_larger_than_a_piece_is_read_by_several_tasks_and_each_row_counte
         found = [e for e in report.examples if e.kind == kind]
         assert [e.line for e in found] == expected and all(e.piece == 0 for e in found), (kind, found)
         assert [e.location for e in found] == [f"{path}:{line}" for line in expected]
+
+
+def test_a_fill_reads_its_pieces_a_few_tasks_at_once_however_many_there_are(ray_cluster, tiny_spec, tmp_path, monkeypatch):
+    """Seven pieces, one tokenizer actor: at most two reading tasks at once (``ACTORS_PER_READER``), each piece a
+    task of a slow store (``Chaos.read_delay_s``), and every row still read once. Unbounded, a new job's fill
+    started a worker process, and Ray Data's imports in it, for every piece at once beside the actors'."""
+    from ray_jobs import data as data_module
+    from ray_jobs.chaos import Chaos
+    from ray_jobs.tiny import write_dataset
+
+    path = write_dataset(tmp_path / "rows.jsonl", rows=700, seed=5)
+    spec = tiny_spec.replace(data=dataclasses.replace(tiny_spec.data, path=str(path), val_fraction=0.0, tokenize_workers=1))
+    monkeypatch.setattr(reading, "PIECE_BYTES", path.stat().st_size // 6)
+    inputs = data_inputs(spec)
+    assert len(reading.pieces_of(inputs.files)) == 7
+    assert data_module.ACTORS_PER_READER == 8, "one actor: the least, two reading tasks at once"
+
+    ledger = new_ledger(spec.data, fail_early=False)
+    chaos = Chaos(read_delay_s=1.0)
+    tokenize(spec.data, inputs, spec.model.path, None, ("train",), ledger, chaos).materialize()
+    clock = ray_get(ledger.clock.remote())
+    assert 1 <= clock.readers_at_once <= 2, clock
+    assert ray_get(ledger.get.remote()).rows == 700
+    assert sum(n for n, _ in ray_get(ledger.lines_by_piece.remote()).values()) == 700, "seven pieces, each told"
 
 
 def ray_get(ref):
@@ -70,11 +94,11 @@ def test_parquet_and_jsonl_of_the_same_rows_give_the_same_cache_entry(ray_cluste
     parquet = tmp_path / "rows.parquet"
     table = pa.Table.from_pylist([json.loads(line) for line in jsonl.read_text().splitlines()])
     pq.write_table(table, parquet, row_group_size=50)  # 12 row groups
-    monkeypatch.setattr(sources, "PIECE_BYTES", parquet.stat().st_size // 4)
+    monkeypatch.setattr(reading, "PIECE_BYTES", parquet.stat().st_size // 4)
     entries = {}
     for path in (jsonl, parquet):
         data = dataclasses.replace(tiny_spec.data, path=str(path), cache_uri=str(tmp_path / f"cache-{path.suffix[1:]}"))
-        assert len(sources.pieces_of(data_inputs(tiny_spec.replace(data=data)).files)) > 1, "read by several tasks"
+        assert len(reading.pieces_of(data_inputs(tiny_spec.replace(data=data)).files)) > 1, "read by several tasks"
         prepared = prepare(tiny_spec.replace(data=data))
         rows = prepared.order.dataset(0, world=1, micro_batch_size=1).take_all()
         entries[path.suffix] = (prepared.cache.packed_rows, prepared.quality_report().rows, _rows(rows))

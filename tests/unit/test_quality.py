@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ray_jobs.data import TokenizeAndPack
-from ray_jobs.quality import MAX_EXAMPLES, BadRow, DataQualityError, QualityReport, RowLedger
-from ray_jobs.sources import split_records
+from ray_jobs.quality import MAX_EXAMPLES, BadRow, DataQualityError, QualityReport, RowLedger, StageSeconds
+from ray_jobs.reading import split_records
 from ray_jobs.tiny import BAD_LINES, write_dataset_with_bad_rows
 
 
@@ -127,7 +127,7 @@ def test_records_carry_file_and_line(tmp_path):
 
 
 def test_a_bad_row_read_in_a_later_piece_is_located_at_its_files_own_line():
-    """A large file is read in ranges (ray_jobs.sources.pieces_of); each range's task tells the ledger its lines."""
+    """A large file is read in ranges (ray_jobs.reading.pieces_of); each range's task tells the ledger its lines."""
     ledger = RowLedger(max_frac=1.0)
     part = QualityReport(rows=10)
     part.record(BadRow("unparsable", "why"), "big.jsonl", 0, 2, 5)  # line 5 of the third range
@@ -138,3 +138,16 @@ def test_a_bad_row_read_in_a_later_piece_is_located_at_its_files_own_line():
     ledger.add_lines(0, 0, 100, 0)
     ledger.add_lines(0, 1, 90, 1_000)
     assert [(e.piece, e.line, e.location) for e in ledger.get().examples] == [(0, 9, "big.jsonl:9"), (0, 195, "big.jsonl:195")]
+
+
+def test_the_ledger_counts_the_most_reading_tasks_that_ran_at_once():
+    """Spans that only touch (one task ended as the next began) never ran at once."""
+    ledger = RowLedger(max_frac=1.0)
+    assert ledger.readers_at_once() == 0, "no reading task yet"
+    for span in [(0.0, 2.0), (1.0, 3.0), (2.0, 4.0), (5.0, 6.0), (3.5, 5.5)]:
+        ledger.add_busy(StageSeconds(read=0.1), span)
+    assert ledger.readers_at_once() == 2
+    ledger.add_busy(StageSeconds(read=0.1), (1.5, 2.5))
+    assert ledger.readers_at_once() == 3, "1.5-2.0 ran the first, second and this one"
+    assert ledger.clock().readers_at_once == 3
+    assert ledger.clock().busy.read == pytest.approx(0.6)
