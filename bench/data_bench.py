@@ -158,7 +158,7 @@ def main() -> None:
             + f"{versus})"
         )
         if r.get("fill"):
-            from rayft_contract.records import FillTimes
+            from rayft_contract.data_records import FillTimes
 
             print(f"      fill: {FillTimes.from_dict(r['fill']).describe()}")
     results["block_sizes"] = []
@@ -176,7 +176,7 @@ def main() -> None:
                 f"{w:3d} tokenizer actors, {mib} MiB blocks: {r['rows_per_s']:8,.0f} rows/s ({r['rows']:,} rows in {r['seconds']:.1f} s)"
             )
             if r.get("fill"):
-                from rayft_contract.records import FillTimes
+                from rayft_contract.data_records import FillTimes
 
                 print(f"      fill: {FillTimes.from_dict(r['fill']).describe()}")
     if not args.skip_start:

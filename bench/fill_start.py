@@ -74,7 +74,7 @@ def main() -> None:
     import ray
 
     from ray_jobs.local_ray import start_local_cluster
-    from rayft_contract.records import FillTimes
+    from rayft_contract.data_records import FillTimes
 
     limits = [int(v) for v in args.soft_limits.split(",") if v] or [None]
     per_reader = [int(v) for v in args.actors_per_reader.split(",") if v] or [-1]  # -1: the default

@@ -27,11 +27,11 @@ from ray_jobs import cache
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.data import BATCHES_PER_TASK, TOKEN_COLUMNS, new_ledger, tokenize
 from ray_jobs.data_order import CachedOrder, CacheFile
-from ray_jobs.model_cache import Fetched, fetch_model
+from ray_jobs.model_cache import fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
 from ray_jobs.quality import FillClock, QualityReport
 from ray_jobs.reading import HELPER_CPUS
-from rayft_contract.records import DatasetCacheInfo, FillTimes
+from rayft_contract.data_records import DatasetCacheInfo, Fetched, FillTimes
 from rayft_contract.spec import FineTuneSpec
 
 CACHE_VERSION = 4

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ray_jobs import cache
-from rayft_contract.records import Fetched
+from rayft_contract.data_records import Fetched
 from rayft_contract.spec import SpecError
 
 __all__ = ["Fetched", "fetch_model", "hub_snapshot"]

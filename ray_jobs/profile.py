@@ -31,8 +31,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from rayft_contract.data_records import FillTimes
 from rayft_contract.phases import STEP_PHASES, Phase
-from rayft_contract.records import Efficiency, FillTimes, ModelShape, Progress, RunFacts, SetupTimes, StepRecord
+from rayft_contract.records import Efficiency, ModelShape, Progress, RunFacts, SetupTimes, StepRecord
 
 PEAK_BF16_FLOPS = {
     "H200": 989.4e12,

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from rayft_contract.records import BadRowSample, DataQuality
+from rayft_contract.data_records import BadRowSample, DataQuality
 
 BAD_ROW_KINDS = ("unparsable", "missing_field", "empty_completion", "too_long")
 MAX_EXAMPLES = 5

@@ -116,7 +116,7 @@ def read_records(
         batch_size=1,
         batch_format="pyarrow",
         num_cpus=HELPER_CPUS,
-        concurrency=at_once,
+        concurrency=min(at_once, len(pieces)) if at_once else None,  # no more than the pieces: Ray Data warns
         fn_kwargs={
             "fs": files.fs,
             "reader": files.reader,

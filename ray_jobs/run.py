@@ -37,8 +37,9 @@ from ray_jobs.diagnosis import diagnose
 from ray_jobs.profile import JobProfile
 from ray_jobs.summary import summarize
 from ray_jobs.tracking import Trackers
+from rayft_contract.data_records import Caches
 from rayft_contract.events import Event
-from rayft_contract.records import Caches, Finding, JobPhase, JobSummary, Progress
+from rayft_contract.records import Finding, JobPhase, JobSummary, Progress
 from rayft_contract.spec import FineTuneSpec, SpecError
 
 log = logging.getLogger(__name__)

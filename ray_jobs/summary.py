@@ -12,7 +12,8 @@ import time
 from ray_jobs.diagnosis import diagnose, verdict
 from ray_jobs.model import serving_notes
 from ray_jobs.profile import JobProfile
-from rayft_contract.records import Caches, DataQuality, JobSummary, Progress, SamplesAt, Timing
+from rayft_contract.data_records import Caches, DataQuality
+from rayft_contract.records import JobSummary, Progress, SamplesAt, Timing
 from rayft_contract.spec import FineTuneSpec
 
 

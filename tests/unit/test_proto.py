@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from rayft_contract import spec as spec_module
 from rayft_contract.convert import spec_from_proto, spec_to_proto
 from rayft_contract.spec import FineTuneSpec
 from rayft_contract.v1 import finetune_pb2 as pb
@@ -50,7 +49,7 @@ def sections():
 @pytest.mark.parametrize("cls", list(sections()), ids=lambda c: c.__name__)
 def test_proto_mirrors_the_spec(cls):
     message = getattr(pb, cls.__name__).DESCRIPTOR
-    hints = typing.get_type_hints(cls, vars(spec_module))
+    hints = typing.get_type_hints(cls)
     assert [f.name for f in dataclasses.fields(cls)] == [f.name for f in message.fields], "same fields, same order"
     for field in message.fields:
         want, repeated = expected_type(hints[field.name])

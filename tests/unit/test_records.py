@@ -6,11 +6,9 @@ import json
 
 import pytest
 
+from rayft_contract.data_records import Caches, DatasetCacheInfo, Fetched
 from rayft_contract.records import (
-    Caches,
-    DatasetCacheInfo,
     Efficiency,
-    Fetched,
     Finding,
     JobSummary,
     ModelShape,
