@@ -50,19 +50,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def release_what_a_test_left_in_reference_cycles(request: pytest.FixtureRequest):
-    """Collect reference cycles after every test. A failed Ray Data execution's tokenizer actors live as long as
-    anything references its dataset, and a test that caught the failure (``pytest.raises ... as info``) keeps
-    its own frame, and with it the dataset, in a cycle (frame -> info -> exception -> traceback -> frame) until
-    Python's cyclic GC happens to run. Seen in CI: the streaming actor of
+    """Collect reference cycles after a test that left a Ray Data actor alive. A failed Ray Data execution's
+    tokenizer actors live as long as anything references its dataset, and a test that caught the failure
+    (``pytest.raises ... as info``) keeps its own frame, and with it the dataset, in a cycle (frame -> info ->
+    exception -> traceback -> frame) until Python's cyclic GC happens to run. Seen in CI: the streaming actor of
     ``test_too_many_bad_rows_fail_with_the_report`` held one of the session cluster's 4 CPUs for 16 minutes, and
     ``test_slow_tokenizer_is_data_bound``'s reading tasks then found no CPU until its 900 s timeout. Here, checked
     with Ray's state API: that actor was alive after the test, and gone after ``gc.collect()``.
 
-    Only after tests that use the session's Ray cluster: a full collection in this process (torch, transformers
-    and Ray loaded) takes about 0.6 s here, and after all ~690 tests it added about 7 minutes to ``make test``."""
+    Only then: a full collection in this process (torch, transformers and Ray loaded) takes about 0.6 s, and after
+    every test it added about 7 minutes to ``make test``. The summary names the tests it collected after."""
     yield
-    if "ray_cluster" in request.fixturenames:
+    if "ray_cluster" in request.fixturenames and _ray_data_actors_alive():
         gc.collect()
+        _collections.append(request.node.nodeid)
+
+
+_collections: list[str] = []
+
+
+def _ray_data_actors_alive() -> bool:
+    """Whether this process's Ray job still has a Ray Data actor (a ``MapWorker``) alive."""
+    import ray
+    from ray._private.state import state  # the GCS's actor table: Ray's state API needs the dashboard
+
+    if not ray.is_initialized():
+        return False
+    job = ray.get_runtime_context().get_job_id()
+    return any(
+        "MapWorker" in actor["ActorClassName"] and actor["State"] == "ALIVE" and actor["JobID"] == job
+        for actor in state.actor_table(None).values()
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _collections:  # each one a test that left a Ray Data actor alive (see the fixture above)
+        terminalreporter.write_line(f"reference cycles collected after: {', '.join(_collections)}")
 
 
 @pytest.fixture(scope="session", autouse=True)
