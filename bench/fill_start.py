@@ -113,7 +113,7 @@ def main() -> None:
             fill = fills[-1]["fill"]
             print(
                 f"fill {len(fills)}{'' if limit is None else f' (soft limit {limit})'}"
-                f"{'' if reading < 0 else f' ({reading or None} actors per reader)'}: "
+                f"{'' if reading < 0 else f' ({reading} actors per reader)' if reading else ' (no bound on reading tasks)'}: "
                 f"{fills[-1]['rows'] / (fill['start_s'] + fill['stream_s'] + fill['write_s']):,.0f} rows/s, "
                 f"{started} worker processes started ({killed} killed idle in the cluster so far); "
                 f"{FillTimes.from_dict(fill).describe()}",

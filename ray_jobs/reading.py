@@ -137,7 +137,7 @@ def read_pieces(
     began, busy, since = time.time(), 0.0, time.perf_counter()
     told = ledger is None  # whether the ledger knows when this task first handed on rows (or there is none)
     if not told:  # when reading began and first handed on rows: the fill's start (not waited for)
-        ledger.reading.remote(time.time(), handed_on=False)
+        ledger.reading.remote(began, handed_on=False)
     for row in batch.to_pylist():
         piece = Piece(**row)
         time.sleep(delay_s)
