@@ -56,13 +56,10 @@ def main() -> None:
         help="ray_jobs.data.ACTORS_PER_READER values, in turn (0: no bound on the reading tasks at once)",
     )
     parser.add_argument(
-        "--prestart", default="", help="ray_jobs.prestart.ENABLED values, in turn (0: the fill's processes start when it asks)"
-    )
-    parser.add_argument(
         "--rest", type=float, default=0.0, help="idle seconds before each fill, so that every fill starts from a rested host"
     )
     parser.add_argument("--out", default=str(OUT / "fill_start.json"))
-    parser.add_argument("--one", nargs=4, metavar=("ADDRESS", "SPEC", "ACTORS_PER_READER", "PRESTART"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("ADDRESS", "SPEC", "ACTORS_PER_READER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_fill(*args.one)))
@@ -81,11 +78,10 @@ def main() -> None:
 
     limits = [int(v) for v in args.soft_limits.split(",") if v] or [None]
     per_reader = [int(v) for v in args.actors_per_reader.split(",") if v] or [-1]  # -1: the default
-    prestarts = [int(v) for v in args.prestart.split(",") if v] or [-1]  # -1: the default
     fills: list[dict] = []
     address = None
     for _ in range(args.runs):
-        for limit, reading, ahead in itertools.product(limits, per_reader, prestarts):
+        for limit, reading in itertools.product(limits, per_reader):
             if address is None or limit is not None:  # --soft-limits: a new cluster for each fill
                 ray.shutdown()
                 if limit is not None:
@@ -97,9 +93,7 @@ def main() -> None:
             spec_file = work / f"spec-{len(fills)}.json"
             spec_file.write_text(json.dumps(cold.to_dict()))
             done = subprocess.run(
-                [sys.executable, __file__, "--one", address, str(spec_file), str(reading), str(ahead)],
-                capture_output=True,
-                text=True,
+                [sys.executable, __file__, "--one", address, str(spec_file), str(reading)], capture_output=True, text=True
             )
             if done.returncode:
                 sys.exit(f"the fill's driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -112,7 +106,6 @@ def main() -> None:
                     "rest_s": args.rest,
                     "soft_limit": limit,
                     "actors_per_reader": None if reading < 0 else reading,
-                    "prestart": None if ahead < 0 else bool(ahead),
                     "workers_started": started,
                     "workers_killed_idle_so_far": killed,
                 }
@@ -147,12 +140,11 @@ def killed_idle(log: Path) -> bool:
     return "idle for a long time" in log.read_text(errors="replace")
 
 
-def one_fill(address: str, spec_file: str, actors_per_reader: str, prestart: str) -> dict:
+def one_fill(address: str, spec_file: str, actors_per_reader: str) -> dict:
     """One cold fill in this process: a driver of its own, so a new job on the running cluster."""
     import ray
 
     from ray_jobs import data, dataset_cache
-    from ray_jobs import prestart as ahead
     from ray_jobs.local_ray import quiet_ray_data
     from rayft_contract.spec import FineTuneSpec
 
@@ -161,8 +153,6 @@ def one_fill(address: str, spec_file: str, actors_per_reader: str, prestart: str
     quiet_ray_data()
     if int(actors_per_reader) >= 0:
         data.ACTORS_PER_READER = int(actors_per_reader) or None
-    if int(prestart) >= 0:
-        ahead.ENABLED = bool(int(prestart))
     began = time.time()
     prepared = dataset_cache.prepare(FineTuneSpec.from_dict(json.loads(Path(spec_file).read_text())))
     assert prepared.cache.fill is not None, "the fill was a cache hit: each run needs a cache of its own"

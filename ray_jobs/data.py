@@ -239,7 +239,8 @@ def tokenize(
     import ray.data
 
     val = inputs.val
-    reading = {"ledger": ledger, "at_once": reading_tasks_at_once(data), "delay_s": chaos.read_delay_s}
+    readers = None if ACTORS_PER_READER is None else max(2, -(-data.tokenize_workers // ACTORS_PER_READER))
+    reading = {"ledger": ledger, "at_once": readers, "delay_s": chaos.read_delay_s}
     parts = []
     if val is None or "train" in splits:
         parts.append(read_records(inputs.files, data.path, **reading))
@@ -271,17 +272,6 @@ def tokenize(
         compute=ray.data.ActorPoolStrategy(size=data.tokenize_workers),
         num_cpus=1,
     )
-
-
-def reading_tasks_at_once(data: DataSpec) -> int | None:
-    """The most reading tasks a fill runs at once (:data:`ACTORS_PER_READER`; ``None``: no bound)."""
-    return None if ACTORS_PER_READER is None else max(2, -(-data.tokenize_workers // ACTORS_PER_READER))
-
-
-def fill_processes(data: DataSpec) -> int:
-    """The worker processes a fill's start asks for at once: its tokenizer actors, its reading tasks, the task that
-    re-cuts their rows, and its :class:`RowLedger` (``ray_jobs.prestart`` starts them ahead)."""
-    return data.tokenize_workers + (reading_tasks_at_once(data) or 2) + 2
 
 
 def new_ledger(data: DataSpec, fail_early: bool) -> Any:

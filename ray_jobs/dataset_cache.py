@@ -25,11 +25,10 @@ from typing import Any
 
 from ray_jobs import cache
 from ray_jobs.chaos import NO_CHAOS, Chaos
-from ray_jobs.data import BATCHES_PER_TASK, TOKEN_COLUMNS, fill_processes, new_ledger, tokenize
+from ray_jobs.data import BATCHES_PER_TASK, TOKEN_COLUMNS, new_ledger, tokenize
 from ray_jobs.data_order import CachedOrder, CacheFile
 from ray_jobs.model_cache import fetch_model
 from ray_jobs.preflight import DataInputs, data_inputs
-from ray_jobs.prestart import prestart
 from ray_jobs.quality import FillClock, QualityReport
 from ray_jobs.reading import HELPER_CPUS
 from rayft_contract.data_records import DatasetCacheInfo, Fetched, FillTimes
@@ -87,7 +86,6 @@ def prepare(
     start = time.perf_counter()
     inputs = inputs or data_inputs(spec)
     if not data.cache:
-        prestart(fill_processes(data))
         ledger = new_ledger(data, fail_early=True)
         datasets = {s: tokenize(data, inputs, spec.model.path, spec.model.revision, (s,), ledger, chaos) for s in splits}
         datasets = {s: ds.select_columns(TOKEN_COLUMNS) for s, ds in datasets.items()}
@@ -179,7 +177,6 @@ def _fill(
 
     data = spec.data
     started = time.time()
-    prestarted = prestart(fill_processes(data))  # while the driver sets the fill up (0.6 s on the H200 host)
     ledger = new_ledger(data, fail_early=False)
     payload = cache.new_payload(entry)
     try:
@@ -217,7 +214,7 @@ def _fill(
     finally:
         ray.kill(ledger)
     meta = {
-        "fill": fill_times(clock, started, time.time(), data.tokenize_workers, prestarted).to_dict(),
+        "fill": fill_times(clock, started, time.time(), data.tokenize_workers).to_dict(),
         "description": f"{data.path}{f' (validation: {data.val_path})' if data.val_path else ''} "
         f"({parts['format']}, {data.max_seq_len} tokens, packing={data.packing})",
         "key_parts": parts,
@@ -230,7 +227,7 @@ def _fill(
     return cache.commit(entry, payload, meta)
 
 
-def fill_times(clock: FillClock, started: float, ended: float, workers: int, prestarted: int = 0) -> FillTimes:
+def fill_times(clock: FillClock, started: float, ended: float, workers: int) -> FillTimes:
     """The fill's three phases from its start and end, the ledger's first tokenizer task and its last batch
     (clamped: a tokenizer's clock on another node may be off by a little; a fill with no rows has no stream).
     The stream starts when the first tokenizer task begins, not when it ends: its rows are work, not fixed
@@ -254,7 +251,6 @@ def fill_times(clock: FillClock, started: float, ended: float, workers: int, pre
         first_read_s=_since(clock.first_read_ts, started, ended),
         first_block_s=_since(clock.first_block_ts, started, ended),
         readers_at_once=clock.readers_at_once,
-        prestarted=prestarted,
     )
 
 

@@ -55,9 +55,6 @@ class FillTimes(Record):
     wait for Ray Data to cut them into a tokenizer task's batch and give it to an actor."""
     readers_at_once: int = 0
     """The most reading tasks that ran at the same time (``ray_jobs.data.ACTORS_PER_READER`` bounds them)."""
-    prestarted: int = 0
-    """Worker processes started for the fill's job as it began, before Ray Data asked for them
-    (``ray_jobs.prestart``; 0: none, as with a Ray that lacks the call)."""
 
     PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
     """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
@@ -73,7 +70,7 @@ class FillTimes(Record):
         return (
             f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s; "
             f"first read at {self.first_read_s:.1f} s, its first rows at {self.first_block_s:.1f} s; "
-            f"{self.readers_at_once} reading tasks at most at once; {self.prestarted} processes prestarted), "
+            f"{self.readers_at_once} reading tasks at most at once), "
             f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
         )
 
