@@ -1,0 +1,148 @@
+"""What the service's end-to-end tests share: a real `rayft serve` process (:class:`Server`), the tiny job
+they submit, and waits on what it does."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rayft.local_service import wait_ready
+from rayft_contract.v1 import finetune_pb2 as pb
+from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
+
+
+class Server:
+    """A `rayft serve` subprocess; ``start()`` again after ``kill()`` keeps its data dir and port."""
+
+    def __init__(self, data_dir: Path, ray_address: str, policy: Path, port: int = 0, **env: str):
+        self.data_dir, self.ray_address, self.port, self.env = data_dir, ray_address, port, env
+        self.env["RAYFT_POLICY"] = str(policy)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Server:
+        env = {**os.environ, **self.env, "RAYFT_DATA_DIR": str(self.data_dir), "RAYFT_PORT": str(self.port)}
+        if self.ray_address:  # none: the service starts its own (embedded) cluster
+            env["RAYFT_RAY_ADDRESS"] = self.ray_address
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log = self.data_dir / "server.log"
+        start = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("a") as out:  # a file, not a pipe: an unread pipe would block the server
+            self.proc = subprocess.Popen([sys.executable, "-m", "rayft", "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.port = int(wait_ready(self.proc, self.log, start, 60).rsplit(":", 1)[1])
+        return self
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def running_ray_jobs(jobs_api: str) -> list[str]:
+    from ray.job_submission import JobSubmissionClient
+
+    jobs = JobSubmissionClient(jobs_api).list_jobs()  # also lists plain drivers (this test process): no submission id
+    return [j.submission_id for j in jobs if j.submission_id and str(j.status).split(".")[-1] in ("PENDING", "RUNNING")]
+
+
+def tiny_job(tiny_spec, name: str, steps: int = 10):
+    """The tiny preset as a team submits it: no output.dir of its own (the service puts it under the team's root).
+    One training worker: these tests are about the service, and two workers cost each job about 2 s more on 2 cores
+    (several jobs run at once in some); two workers under DDP and FSDP are ``test_train_job.py``'s subject."""
+    spec = tiny_spec.replace(
+        name=name,
+        data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
+        output=dataclasses.replace(tiny_spec.output, dir="runs"),
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
+    )
+    return spec.replace(
+        train=dataclasses.replace(spec.train, max_steps=steps, log_every=2, eval_every=None, checkpoint_every=steps)
+    )
+
+
+def kinds(events):
+    return [e.WhichOneof("payload") for e in events]
+
+
+def states(events):
+    return [pb.JobState.Name(e.state.state) for e in events if e.WhichOneof("payload") == "state"]
+
+
+def wait_for(predicate, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.5)
+    raise TimeoutError
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """Every sample of the service's /metrics: (name, its labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(samples, name, **labels) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def assert_the_ray_dashboard_shows_no_lasting_secret(server, ray_cluster, job):
+    """What anyone who reaches the Ray dashboard reads of a running job: its id, the report address and a
+    launch ticket the job has already traded. No spec, no report token; the ticket opens nothing now."""
+    import hashlib
+    import json
+
+    from ray.job_submission import JobSubmissionClient
+
+    runtime_env = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env
+    env = runtime_env["env_vars"]
+    assert set(env) == {"RAYFT_JOB_ID", "RAYFT_TEAM", "RAYFT_REPORT_ADDRESS", "RAYFT_LAUNCH_TICKET"}
+    assert env["RAYFT_TEAM"] == job.team  # a name, which picks the team's storage keys on the nodes; never a key
+    assert job.spec.data.path not in json.dumps(runtime_env)
+    reporting = pb_grpc.JobReportingStub(grpc.insecure_channel(server.address))
+    ticket = [("authorization", f"Bearer {env['RAYFT_LAUNCH_TICKET']}")]
+    mine = hashlib.sha256(b"an attacker's own token").hexdigest()
+    with pytest.raises(grpc.RpcError) as info:
+        reporting.ClaimJob(pb.ClaimJobRequest(job_id=job.id, report_token_sha256=mine), metadata=ticket)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as info:  # nor does the ticket report
+        event = pb.JobEvent(progress=pb.Progress(step=1))
+        reporting.Report(pb.ReportRequest(job_id=job.id, report_seq=1, event=event), metadata=ticket)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def queued_reasons(client, job_id: str, until: str) -> list[str]:
+    """The reasons the service gave, as events, for the job's wait, up to the first that contains ``until``."""
+    stream = client.open_watch(job_id, timeout=180)
+    reasons = []
+    for event in stream:
+        if event.WhichOneof("payload") == "phase" and event.phase.phase == "queued" and event.phase.detail:
+            reasons.append(event.phase.detail)
+            if until in event.phase.detail:
+                stream.cancel()
+                return reasons
+    raise AssertionError(f"the job ended without {until!r}: {reasons}")
