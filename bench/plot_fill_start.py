@@ -48,13 +48,14 @@ def main() -> None:
     figure, axes = plt.subplots(1, len(chosen), figsize=(6 * len(chosen), 3.2), sharex=True, sharey=True, squeeze=False)
     for ax, (name, number, fill) in zip(axes[0], chosen):
         rows = [(kind, label, fill["tasks"][kind]) for kind, label in KINDS.items() if kind in fill["tasks"]]
+        began = _fill_began(fill)
         for y, (kind, _, t) in enumerate(rows):
             created, running = t["pending_args_avail"], t.get("running", t["pending_args_avail"])
             ax.barh(y, running - created, left=created, color="#c6dbef")
             ax.barh(y, t.get("finished", running) - running, left=running, color="#2171b5")
             if kind == "normal_task:MapBatches(read_pieces)":
-                ax.plot([fill["fill"]["first_read_s"] + _fill_began(fill)] * 2, [y - 0.45, y + 0.45], color="#fdae6b", lw=3)
-        ax.axvline(fill["fill"]["start_s"] + _fill_began(fill), color="k", linestyle="--", linewidth=1)
+                ax.plot([fill["fill"]["first_read_s"] + began] * 2, [y - 0.45, y + 0.45], color="#fdae6b", lw=3)
+        ax.axvline(fill["fill"]["start_s"] + began, color="k", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(rows)), [label for _, label, _ in rows])
         ax.invert_yaxis()
         bound = fill.get("actors_per_reader")  # None: the default

@@ -54,6 +54,6 @@ def server(ray_cluster, tmp_path, tokens, policy):
 def paused_server(tmp_path, tokens, policy):
     """A service that stores and queues jobs but launches none (RAYFT_LAUNCH_PAUSED): for the API's
     own behaviour (auth, idempotency, listing, validation), which needs no training to run."""
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy, RAYFT_LAUNCH_PAUSED="1").start()
+    srv = Server.paused(tmp_path / "service", policy).start()
     yield srv
     srv.stop()

@@ -18,6 +18,9 @@ from rayft.local_service import wait_ready
 from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 
+NO_RAY = "http://127.0.0.1:9"
+"""A Ray Jobs address where nothing listens: the service's Ray is unreachable."""
+
 
 class Server:
     """A `rayft serve` subprocess; ``start()`` again after ``kill()`` keeps its data dir and port."""
@@ -26,6 +29,11 @@ class Server:
         self.data_dir, self.ray_address, self.port, self.env = data_dir, ray_address, port, env
         self.env["RAYFT_POLICY"] = str(policy)
         self.proc: subprocess.Popen | None = None
+
+    @classmethod
+    def paused(cls, data_dir: Path, policy: Path, **env: str) -> Server:
+        """One that stores and queues jobs but launches none (``RAYFT_LAUNCH_PAUSED``), with no Ray behind it."""
+        return cls(data_dir, NO_RAY, policy, RAYFT_LAUNCH_PAUSED="1", **env)
 
     def start(self) -> Server:
         env = {**os.environ, **self.env, "RAYFT_DATA_DIR": str(self.data_dir), "RAYFT_PORT": str(self.port)}

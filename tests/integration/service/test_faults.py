@@ -19,7 +19,7 @@ from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service import auth
 from service.store import JobRecord
 from service.store_sqlite import SqliteJobStore
-from tests.integration.service.harness import Server, kinds, states, tiny_job, wait_for
+from tests.integration.service.harness import NO_RAY, Server, kinds, states, tiny_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -107,7 +107,7 @@ def test_ray_unreachable_still_accepts_the_job_queued_and_keeps_it(tmp_path, tok
     """Issue 10: answering UNAVAILABLE for a job already stored made every client retry create another.
     The job is accepted (OK, QUEUED) and launches when Ray is back."""
     # Port 9 (discard) on loopback: nothing listens, so every Jobs API call fails to connect.
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy).start()
+    srv = Server(tmp_path / "service", NO_RAY, policy).start()
     try:
         client = Client(srv.address, tokens["team-a"])
         # The reconciler's first pass finds Ray down (it logs so once); wait for that, however long it takes.
@@ -172,7 +172,7 @@ def test_a_damaged_store_stops_the_service_at_start_with_one_line(tmp_path, poli
     data_dir = tmp_path / "service"
     data_dir.mkdir()
     (data_dir / "jobs.db").write_bytes(b"this is not a database" * 500)
-    env = {**os.environ, "RAYFT_DATA_DIR": str(data_dir), "RAYFT_RAY_ADDRESS": "http://127.0.0.1:9", "RAYFT_PORT": "0"}
+    env = {**os.environ, "RAYFT_DATA_DIR": str(data_dir), "RAYFT_RAY_ADDRESS": NO_RAY, "RAYFT_PORT": "0"}
     env["RAYFT_POLICY"] = str(policy)
     done = subprocess.run([sys.executable, "-m", "rayft", "serve"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr

@@ -19,11 +19,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_watch_streams_are_capped_per_team_and_in_all(tmp_path, tokens, tiny_spec, policy):
-    srv = Server(
+    srv = Server.paused(
         tmp_path / "service",
-        "http://127.0.0.1:9",
         policy,
-        RAYFT_LAUNCH_PAUSED="1",
         RAYFT_MAX_STREAMS_PER_TEAM="3",
         RAYFT_MAX_STREAMS="5",
     ).start()
@@ -78,7 +76,7 @@ def alive(pid: int) -> bool:
 def test_streams_run_in_a_process_of_their_own_that_the_api_port_sends_watchers_to_and_that_comes_back(
     tmp_path, tokens, tiny_spec, policy
 ):
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy, RAYFT_LAUNCH_PAUSED="1").start()
+    srv = Server.paused(tmp_path / "service", policy).start()
     client = Client(srv.address, tokens["team-a"])
     try:
         job = client.submit(tiny_job(tiny_spec, "svc-watch-process"))
@@ -118,7 +116,7 @@ def test_streams_run_in_a_process_of_their_own_that_the_api_port_sends_watchers_
         wait_for(lambda: not alive(pid), timeout=30)
     finally:
         srv.stop()
-    one = Server(tmp_path / "service", "http://127.0.0.1:9", policy, RAYFT_LAUNCH_PAUSED="1", RAYFT_WATCH_PROCESS="0")
+    one = Server.paused(tmp_path / "service", policy, RAYFT_WATCH_PROCESS="0")
     one.start()
     try:  # RAYFT_WATCH_PROCESS=0: streams on the API's own port, as before
         client = Client(one.address, tokens["team-a"])

@@ -17,7 +17,7 @@ from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service import auth
 from service.store_sqlite import SqliteJobStore
-from tests.integration.service.harness import Server, queued_reasons, running_ray_jobs, states, tiny_job, wait_for
+from tests.integration.service.harness import NO_RAY, Server, queued_reasons, running_ray_jobs, states, tiny_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_a_team_reaches_only_the_locations_its_policy_allows(paused_server, toke
 
 
 def test_a_shared_service_will_not_start_without_a_path_policy(tmp_path):
-    env = {**os.environ, "RAYFT_DATA_DIR": str(tmp_path), "RAYFT_RAY_ADDRESS": "http://127.0.0.1:9", "RAYFT_PORT": "0"}
+    env = {**os.environ, "RAYFT_DATA_DIR": str(tmp_path), "RAYFT_RAY_ADDRESS": NO_RAY, "RAYFT_PORT": "0"}
     env.pop("RAYFT_POLICY", None)
     done = subprocess.run([sys.executable, "-m", "rayft", "serve"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
@@ -241,7 +241,7 @@ def test_team_quota_and_a_job_that_cannot_read_its_data(server, tokens, tiny_spe
 
 
 def test_per_team_limit_on_active_jobs(tmp_path, tokens, tiny_spec, policy):
-    srv = Server(tmp_path / "service", "http://127.0.0.1:9", policy, RAYFT_LAUNCH_PAUSED="1", RAYFT_MAX_ACTIVE_JOBS="2").start()
+    srv = Server.paused(tmp_path / "service", policy, RAYFT_MAX_ACTIVE_JOBS="2").start()
     try:
         a, b = Client(srv.address, tokens["team-a"]), Client(srv.address, tokens["team-b"])
         first = a.submit(tiny_job(tiny_spec, "q1"))

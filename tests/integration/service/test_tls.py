@@ -85,11 +85,9 @@ def test_tls_with_and_without_client_certificates_and_no_plaintext_off_loopback(
     # TLS: a client that trusts the CA works; a plaintext one does not get through. Jobs report on a port
     # of their own (RAYFT_REPORT_PORT, which k8s/overlays/prod opens to the Ray pods alone), not on the API's.
     report_port = free_port()
-    srv = Server(
+    srv = Server.paused(
         tmp_path / "service",
-        "http://127.0.0.1:9",
         policy,
-        RAYFT_LAUNCH_PAUSED="1",
         RAYFT_REPORT_PORT=str(report_port),
         **tls_env(certs, mutual=False),
     )
@@ -106,11 +104,9 @@ def test_tls_with_and_without_client_certificates_and_no_plaintext_off_loopback(
 
     # Mutual TLS: only a certificate the client CA signed gets in; jobs report on a port of their own.
     probe_port = free_port()
-    srv = Server(
+    srv = Server.paused(
         tmp_path / "service",
-        "http://127.0.0.1:9",
         policy,
-        RAYFT_LAUNCH_PAUSED="1",
         RAYFT_HEALTH_PORT=str(probe_port),
         **tls_env(certs, mutual=True),
     )
