@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a one-layer copy's first step, run ahead in a process of its own, saves the job's first step on a node whose
-# compile cache is empty (issue 12's cold start; ray_jobs/compile_ahead.py). The 7B preset's layers, 2 of them (the
+# compile cache is empty (issue 12's cold start; ray_jobs/train/compile_ahead.py). The 7B preset's layers, 2 of them (the
 # kernels are keyed by one layer's shapes and the micro-batch, not by the layer count), random weights:
 #   fresh:  the base's own first steps on an empty cache (what a fresh node's job does today);
 #   ahead:  the one-layer copy's first step on an empty cache, then the base's first steps on what it left;
@@ -25,7 +25,7 @@ run() {  # run SCENARIO LABEL [ARGS...]: one process on the scenario's own cache
   local scenario=$1 label=$2; shift 2
   local began; began=$(date +%s.%N)
   RAYFT_CACHE_DIR=/tmp/ahead-$scenario TRITON_CACHE_DIR=/tmp/ahead-$scenario/triton \
-    python3 -m ray_jobs.compile_ahead /tmp/ahead-spec.json "$@" 2> "$OUT/$scenario-$label.err" | tail -1 > /tmp/line.json
+    python3 -m ray_jobs.train.compile_ahead /tmp/ahead-spec.json "$@" 2> "$OUT/$scenario-$label.err" | tail -1 > /tmp/line.json
   python3 - "$scenario" "$label" "$began" <<'PY' | tee -a "$OUT/compile_ahead.jsonl"
 import json, sys, time
 line = json.loads(open("/tmp/line.json").read())

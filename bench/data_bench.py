@@ -17,7 +17,7 @@
 them (``bench/real_tokenizer.py``) replaces the tiny one, and the table gets the per-core limit beside it:
 a bare ``tokenizers`` ``encode_batch`` loop over the same templated rows, pinned to one core.
 ``--small-rows``: fewer rows for the fills with at most 4 actors (their rate is steady long before 1M).
-3. After each fill, one shuffled epoch read back through ``ray_jobs.data_order`` as a trainer reads it
+3. After each fill, one shuffled epoch read back through ``ray_jobs.data.order`` as a trainer reads it
    (``epoch_read_s``, ``packed_rows``): the cost of the per-epoch order.
 
 Writes ``bench/out/data_bench.json`` and ``bench/out/data_bench.png``.
@@ -63,7 +63,7 @@ def main() -> None:
         "--batches-per-task",
         default="",
         help="tokenizer batches an actor task takes in each fill, in turn over --workers (8,16: the first fill 8, the "
-        "next 16, ...); default ray_jobs.data.BATCHES_PER_TASK",
+        "next 16, ...); default ray_jobs.data.pipeline.BATCHES_PER_TASK",
     )
     parser.add_argument(
         "--rest",
@@ -136,7 +136,7 @@ def main() -> None:
     from ray_jobs.local_ray import quiet_ray_data
 
     quiet_ray_data()
-    from ray_jobs import dataset_cache
+    from ray_jobs.data import cache as dataset_cache
 
     for i, w in enumerate(workers):  # a count may repeat (--workers 1,14,1,14): each fill is cold, in a cache of its own
         subset = spec
@@ -163,9 +163,9 @@ def main() -> None:
             print(f"      fill: {FillTimes.from_dict(r['fill']).describe()}")
     results["block_sizes"] = []
     for mib in [int(m) for m in args.block_mib.split(",") if m]:
-        import ray_jobs.reading
+        import ray_jobs.data.reading
 
-        ray_jobs.reading.BLOCK_BYTES = mib * 2**20  # read when the fill's dataset is built
+        ray_jobs.data.reading.BLOCK_BYTES = mib * 2**20  # read when the fill's dataset is built
         for w in workers:
             subset = spec
             if w <= 4 and small.exists():
@@ -255,9 +255,9 @@ def _bare_in_one_core(tokenizer: str, data: str, rows: int, cpu: int | None = No
 
 def one_thread(spec: FineTuneSpec) -> dict:
     """The anti-pattern: template, tokenize and pack on the driver's one thread."""
-    from ray_jobs.data import TokenizeAndPack
-    from ray_jobs.packing import pack
-    from ray_jobs.quality import QualityReport
+    from ray_jobs.data.packing import pack
+    from ray_jobs.data.pipeline import TokenizeAndPack
+    from ray_jobs.data.quality import QualityReport
 
     udf = TokenizeAndPack(spec.model.path, None, spec.data, "chat", ("train",), ledger=None)
     with open(spec.data.path) as fh:  # its rate is steady long before 30k rows
@@ -280,9 +280,9 @@ def fill(spec: FineTuneSpec, workers: int, cache_root: Path, fill_only: bool = F
     Also times the same pipeline without the write (``tokenize_only_s``: read, tokenize and pack
     into the object store), to show what the Parquet write and the entry's bookkeeping add.
     """
-    from ray_jobs.data import new_ledger, tokenize
-    from ray_jobs.dataset_cache import prepare
-    from ray_jobs.preflight import data_inputs
+    from ray_jobs.data.cache import prepare
+    from ray_jobs.data.pipeline import new_ledger, tokenize
+    from ray_jobs.data.preflight import data_inputs
 
     spec = spec.replace(data=dataclasses.replace(spec.data, tokenize_workers=workers, cache_uri=str(cache_root)))
     start = time.perf_counter()

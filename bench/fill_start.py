@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument(
         "--actors-per-reader",
         default="",
-        help="ray_jobs.data.ACTORS_PER_READER values, in turn (0: no bound on the reading tasks at once)",
+        help="ray_jobs.data.pipeline.ACTORS_PER_READER values, in turn (0: no bound on the reading tasks at once)",
     )
     parser.add_argument(
         "--rest", type=float, default=0.0, help="idle seconds before each fill, so that every fill starts from a rested host"
@@ -144,7 +144,8 @@ def one_fill(address: str, spec_file: str, actors_per_reader: str) -> dict:
     """One cold fill in this process: a driver of its own, so a new job on the running cluster."""
     import ray
 
-    from ray_jobs import data, dataset_cache
+    from ray_jobs.data import cache as dataset_cache
+    from ray_jobs.data import pipeline as data
     from ray_jobs.local_ray import quiet_ray_data
     from rayft_contract.spec import FineTuneSpec
 

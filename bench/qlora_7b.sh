@@ -20,7 +20,7 @@ sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/train.log"
 python3 -c "import sys, torch, transformers, peft, ray, bitsandbytes as b; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'ray', ray.__version__, 'bnb', b.__version__)" | tee -a "$OUT/train.log"
 python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tail -3
-# PROFILE=A:B runs torch.profiler over steps A..B on rank 0 (ray_jobs/torch_trace.py), an independent
+# PROFILE=A:B runs torch.profiler over steps A..B on rank 0 (ray_jobs/observe/torch_trace.py), an independent
 # check of the job's own phase timing (bench/compare_profile.py).
 export RAYFT_TORCH_PROFILE=${PROFILE:-}
 [ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows "${ROWS:-20000}"

@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/ray_data_task_cap.py --rows 200000 --batch-rows 256     # about 1 minute on 2 cores
 
-The fill's read (``ray_jobs.reading.read_records`` over one gzipped JSONL file), its strict re-cut into
+The fill's read (``ray_jobs.data.reading.read_records`` over one gzipped JSONL file), its strict re-cut into
 ``--batch-rows`` blocks (``--no-repartition`` leaves it out), then an actor pool of ``--actors`` whose UDF returns
 at once. On this 2-core machine it ran 39-46 tasks a second at 256 rows a task with or without the re-cut (10,000-
 11,800 rows/s), 16 at 1,024 rows and 11 at 2,048 (22,700 rows/s, where the one reading task sets the pace); a 12-actor fill on the 16-core H200 host was held to the same 40 tasks a second
-(``bench/RESULTS.md``), which is why a fill's task takes ``ray_jobs.data.BATCHES_PER_TASK`` batches.
+(``bench/RESULTS.md``), which is why a fill's task takes ``ray_jobs.data.pipeline.BATCHES_PER_TASK`` batches.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def main() -> None:
     import pyarrow.fs as pafs
     import ray.data
 
+    from ray_jobs.data.reading import read_records
+    from ray_jobs.data.sources import Files
     from ray_jobs.local_ray import quiet_ray_data, start_local_cluster
-    from ray_jobs.reading import read_records
-    from ray_jobs.sources import Files
 
     with tempfile.TemporaryDirectory(prefix="rayft-task-cap-") as work:
         plain, path = Path(work, "chat.jsonl"), Path(work, "chat.jsonl.gz")

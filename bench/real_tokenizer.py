@@ -30,7 +30,7 @@ def main() -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from ray_jobs.template import CHATML_TEMPLATE
+    from ray_jobs.data.template import CHATML_TEMPLATE
     from ray_jobs.tiny import SPECIAL
 
     def texts():

@@ -203,7 +203,7 @@ def base_spec(tokenizer: Path, work: Path, workers: int, data: str = "s3://bench
 def stream(spec: FineTuneSpec, args: argparse.Namespace) -> dict:
     import ray
 
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
 
     spec = spec.replace(data=dataclasses.replace(spec.data, cache=False))
     started = time.perf_counter()
@@ -270,7 +270,7 @@ class FakeGpu:
 
 
 def founding(spec: FineTuneSpec, args: argparse.Namespace, data: list[Path]) -> dict:
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
 
     one = one_thread(spec, data, args.sample_rows)
     print(
@@ -333,9 +333,9 @@ def one_thread(spec: FineTuneSpec, data: list[Path], rows: int) -> float:
 def _one_thread(spec: FineTuneSpec, data: list[Path], rows: int) -> float:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     os.environ["RAYON_NUM_THREADS"] = "1"
-    from ray_jobs.data import TokenizeAndPack
-    from ray_jobs.packing import pack
-    from ray_jobs.quality import QualityReport
+    from ray_jobs.data.packing import pack
+    from ray_jobs.data.pipeline import TokenizeAndPack
+    from ray_jobs.data.quality import QualityReport
 
     udf = TokenizeAndPack(spec.model.path, None, spec.data, "chat", ("train",), ledger=None)
     start, done, examples, report = time.perf_counter(), 0, [], QualityReport()

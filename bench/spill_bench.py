@@ -52,12 +52,12 @@ def main() -> None:
     parser.add_argument(
         "--consumer-rows-per-s", type=float, default=60.0, help="the slow consumer's packed rows a second (0: no stream run)"
     )
-    parser.add_argument("--block-mib", type=int, default=0, help="the fill's block size (0: ray_jobs.sources.BLOCK_BYTES)")
+    parser.add_argument("--block-mib", type=int, default=0, help="the fill's block size (0: ray_jobs.data.sources.BLOCK_BYTES)")
     args = parser.parse_args()
     if args.block_mib:
-        import ray_jobs.sources
+        import ray_jobs.data.sources
 
-        ray_jobs.sources.BLOCK_BYTES = args.block_mib * MIB  # read when each run's dataset is built
+        ray_jobs.data.sources.BLOCK_BYTES = args.block_mib * MIB  # read when each run's dataset is built
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rayft-spill-bench-") as work:
         run(args, Path(work))
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         model=dataclasses.replace(spec.model, path=str(tiny / "model")),
         data=dataclasses.replace(spec.data, path=str(data), max_seq_len=2048, val_fraction=0.0, tokenize_workers=args.workers),
     )
-    from ray_jobs.sources import BLOCK_BYTES
+    from ray_jobs.data.sources import BLOCK_BYTES
 
     results = {
         "block_mib": BLOCK_BYTES / MIB,
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
 def one_fill(spec: FineTuneSpec, cache_root: Path, store_mb: int, label: str) -> dict:
     import ray
 
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
     from ray_jobs.local_ray import quiet_ray_data, start_local_cluster
 
     start_local_cluster(num_cpus=os.cpu_count() or 2, object_store_memory=store_mb * MIB)
@@ -135,7 +135,7 @@ def one_stream(spec: FineTuneSpec, store_mb: int, rows_per_s: float, micro_batch
     """The data streamed (no cache) into a consumer that takes ``rows_per_s`` packed rows a second."""
     import ray
 
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
     from ray_jobs.local_ray import quiet_ray_data, start_local_cluster
 
     start_local_cluster(num_cpus=os.cpu_count() or 2, object_store_memory=store_mb * MIB)

@@ -86,8 +86,8 @@ def prepare(tmp: Path, data_rows: int, rows: int) -> tuple[str, Path]:
         check=True,
     )
     subprocess.run([sys.executable, str(ROOT / "bench/real_tokenizer.py"), str(tok), "--data", str(data)], check=True)
-    from ray_jobs.formats import Turn
-    from ray_jobs.template import ChatEncoder, load_tokenizer
+    from ray_jobs.data.formats import Turn
+    from ray_jobs.data.template import ChatEncoder, load_tokenizer
 
     encoder = ChatEncoder(load_tokenizer(str(tok)))
     with data.open() as fh:
@@ -102,7 +102,7 @@ def worker(core: int, tok: str, texts_file: str, chunks: list[int], barrier, res
     os.sched_setaffinity(0, {core})
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    from ray_jobs.template import load_tokenizer
+    from ray_jobs.data.template import load_tokenizer
 
     rust = load_tokenizer(tok).backend_tokenizer
     rows = pickle.loads(Path(texts_file).read_bytes())  # this bench's own file, written by prepare()

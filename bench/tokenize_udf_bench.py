@@ -50,7 +50,7 @@ def run(data: Path, tok: Path, repeats: int) -> None:
     import pyarrow as pa
     from transformers import AutoTokenizer
 
-    import ray_jobs.data as udf_module
+    import ray_jobs.data.pipeline as udf_module
     from rayft_contract.spec import FineTuneSpec
 
     spec = FineTuneSpec.load(ROOT / "ray_jobs/presets/tiny_cpu.yaml")

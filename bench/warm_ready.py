@@ -7,8 +7,8 @@ import sys
 
 import ray
 
-from ray_jobs.warm_control import state_of, until_ready
-from ray_jobs.warm_pool import running_pool
+from ray_jobs.warm.control import state_of, until_ready
+from ray_jobs.warm.pool import running_pool
 
 ray.init(address="auto", logging_level="ERROR")
 pool = running_pool()

@@ -5,7 +5,7 @@ The .proto files sit under ``proto/`` at the import path their Python modules ta
 imports are right as generated: nothing is rewritten. The wire names stay ``rayft.v1.*`` (the proto
 ``package``), whatever the file path.
 
-The output is committed; ``tests/unit/test_proto.py`` regenerates it into a temporary directory and
+The output is committed; ``tests/unit/rayft_contract/test_proto.py`` regenerates it into a temporary directory and
 fails if the committed files differ, so the code never drifts from the .proto.
 """
 

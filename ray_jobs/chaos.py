@@ -16,7 +16,7 @@ class Chaos:
     tokenize_delay_s: float = 0.0
     """Sleep per tokenization batch: a slow tokenizer (data-bound training, with ``data.cache`` off)."""
     read_delay_s: float = 0.0
-    """Sleep per piece a reading task reads (``ray_jobs.reading``): a slow store."""
+    """Sleep per piece a reading task reads (``ray_jobs.data.reading``): a slow store."""
     checkpoint_delay_s: float = 0.0
     """Sleep per checkpoint write (on the upload thread, before the copy to storage): a slow store."""
     checkpoint_write_fails_at_step: int | None = None

@@ -34,7 +34,7 @@ class ForwardReports(UserCallback):
 
 def report_event(metrics: dict[str, Any]) -> Event:
     """A worker's report (a ``Progress`` as a dict) as the driver hears it: ``progress``, or ``timing`` for the
-    closing one. Ray Train's controller and a warm worker (``ray_jobs.session``) both send these."""
+    closing one. Ray Train's controller and a warm worker (``ray_jobs.train.session``) both send these."""
     report = Progress.from_dict(metrics)
     return Event("timing" if report.final else "progress", report.to_dict())
 
@@ -46,7 +46,7 @@ def failure_event(errors: dict[Any, BaseException]) -> Event:
 
 
 def fit_while_forwarding(fit: Callable[[], Fitted], queue: Any, sink: Callable[[Event], None]) -> Fitted:
-    """``fit()`` (:func:`fit_trainer`, or a warm worker's, ``ray_jobs.warm_pool``) in a thread while this one
+    """``fit()`` (:func:`fit_trainer`, or a warm worker's, ``ray_jobs.warm.pool``) in a thread while this one
     forwards the events it puts on ``queue``, returning once the last is passed on.
 
     The thread puts an end mark on the queue when ``fit()`` returns. Every event the fit caused is ahead of

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ray_jobs.formats import Turn
-from ray_jobs.template import ChatEncoder
+from ray_jobs.data.formats import Turn
+from ray_jobs.data.template import ChatEncoder
 from rayft_contract.spec import SpecError
 
 
@@ -28,7 +28,7 @@ def adapter_dir(path: str | Path) -> Path:
 def base_of(adapter: Path, base: str | None = None) -> tuple[str, str]:
     """``(name, local directory)`` of the adapter's base: ``base``, or the one the adapter names (with its
     revision), fetched through the model cache (a local directory as it is; ``s3://`` and hub ids cached)."""
-    from ray_jobs.model_cache import fetch_model
+    from ray_jobs.cache.models import fetch_model
 
     saved = json.loads((adapter / "adapter_config.json").read_text())
     name = base or saved["base_model_name_or_path"]

@@ -1,6 +1,6 @@
 """This node's GPUs, read with ``nvidia-smi``, never through a CUDA context: asking torch opens one (about 500 MB) on
 every GPU of the node, other jobs' included. For the tasks that run beside a job on its GPU node
-(:mod:`ray_jobs.compile_ahead`'s copy, :mod:`ray_jobs.kernel_store`'s key)."""
+(:mod:`ray_jobs.train.compile_ahead`'s copy, :mod:`ray_jobs.train.kernel_store`'s key)."""
 
 from __future__ import annotations
 

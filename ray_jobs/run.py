@@ -7,7 +7,7 @@
     summary.json      steps, tokens, losses, the phase table, tokens/s, MFU, the diagnosis, caches, bad rows
     samples.jsonl     the model's answers to a few held-out prompts at each evaluation, with the references
     metrics.jsonl     every event of the run (progress reports with per-step timing, failures, diagnoses)
-    report.png        loss, tokens/s over time and where the time went (``ray_jobs.visuals``)
+    report.png        loss, tokens/s over time and where the time went (``ray_jobs.observe.visuals``)
     tensorboard/      the same as TensorBoard scalars, written as the job runs
     mlruns/           the MLflow run, when tracking.mlflow is on and no tracking URI is given
     {name}/           Ray Train's run storage (checkpoints); a re-run of an unfinished job resumes here
@@ -28,15 +28,16 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import local_ray, preflight, storage
+from ray_jobs import local_ray, storage
 from ray_jobs.background import in_background
 from ray_jobs.chaos import NO_CHAOS, Chaos
-from ray_jobs.checkpoint import RunIdentity
-from ray_jobs.checkpoint import step_of as checkpoint_step
-from ray_jobs.diagnosis import diagnose
-from ray_jobs.profile import JobProfile
+from ray_jobs.data import preflight
+from ray_jobs.observe.diagnosis import diagnose
+from ray_jobs.observe.profile import JobProfile
+from ray_jobs.observe.tracking import Trackers
 from ray_jobs.summary import summarize
-from ray_jobs.tracking import Trackers
+from ray_jobs.train.checkpoint import RunIdentity
+from ray_jobs.train.checkpoint import step_of as checkpoint_step
 from rayft_contract.data_records import Caches
 from rayft_contract.events import Event
 from rayft_contract.records import Finding, JobPhase, JobSummary, Progress
@@ -129,7 +130,7 @@ class _Job:
     opening: Future[Trackers] | None = None
     """:attr:`trackers` being opened, beside the model fetch, the data and the trainer's set-up."""
     early: Any | None = None
-    """The job's own worker (``ray_jobs.early_worker``), starting beside the fetch and the data until the
+    """The job's own worker (``ray_jobs.warm.early``), starting beside the fetch and the data until the
     trainer's set-up leases it."""
     live_copied: float = 0.0
     """When the live files were last copied to an ``s3://`` run directory (``time.monotonic``)."""
@@ -144,12 +145,14 @@ class _Job:
             import ray
             from ray.util.queue import Queue
 
-            from ray_jobs import compile_ahead, early_worker, warm_pool
-            from ray_jobs.dataset_cache import prepare
+            from ray_jobs.cache.models import fetch_model
+            from ray_jobs.data.cache import prepare
             from ray_jobs.events import fit_while_forwarding
-            from ray_jobs.model_cache import fetch_model
-            from ray_jobs.session import latest_in, train_run_name
-            from ray_jobs.train_loop import LoopConfig
+            from ray_jobs.train import compile_ahead
+            from ray_jobs.train.loop import LoopConfig
+            from ray_jobs.train.session import latest_in, train_run_name
+            from ray_jobs.warm import early as early_worker
+            from ray_jobs.warm import pool as warm_pool
 
             run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
             ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
@@ -252,7 +255,7 @@ class _Job:
         self.reports.append(report)
         if self.trackers is not None:
             self.trackers.add(report)
-        if report.eval_samples:  # what the model answered at this evaluation (ray_jobs.samples)
+        if report.eval_samples:  # what the model answered at this evaluation (ray_jobs.train.samples)
             with (self.staging / "samples.jsonl").open("a") as out:
                 for sample in report.eval_samples:
                     out.write(json.dumps({"step": report.step, **sample.to_dict()}) + "\n")
@@ -271,7 +274,7 @@ class _Job:
 
     def _write_outputs(self, summary: JobSummary) -> JobSummary:
         """summary.json, the trackers' last scalars and report.png; the time they take joins the phase table."""
-        from ray_jobs.visuals import write_png
+        from ray_jobs.observe.visuals import write_png
 
         t0 = time.time()
         if self.trackers is not None:
@@ -296,8 +299,8 @@ def _fit(spec: FineTuneSpec, loop: Any, failures: int, *, datasets: dict[str, An
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
 
     from ray_jobs.events import ForwardReports, fit_trainer
-    from ray_jobs.session import train_run_name
-    from ray_jobs.train_loop import train_loop_per_worker
+    from ray_jobs.train.loop import train_loop_per_worker
+    from ray_jobs.train.session import train_run_name
 
     trainer = TorchTrainer(
         train_loop_per_worker,
@@ -359,7 +362,7 @@ def _adapter_tokenizer(model_dir: str, spec: FineTuneSpec) -> Any:
     transformers' import and this load among it, in front of the user's summary (issue 12)."""
     from transformers import AutoTokenizer
 
-    from ray_jobs.template import ChatEncoder
+    from ray_jobs.data.template import ChatEncoder
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.chat_template = ChatEncoder(tokenizer, spec.data.chat_template).template  # the one it trained with
@@ -377,7 +380,7 @@ def _export(checkpoint: Any, spec: FineTuneSpec, tokenizer: Any, target: Path) -
     exported = [target]
     with checkpoint.as_directory() as directory:
         saved = Path(directory)
-        if (saved / "best_adapter").is_dir():  # an earlier step had the best evaluation (ray_jobs.best)
+        if (saved / "best_adapter").is_dir():  # an earlier step had the best evaluation (ray_jobs.train.best)
             # output.adapter picks adapter/; the other is kept beside it, named for what it is
             chosen, kept, kept_as = (
                 ("best_adapter", "adapter", "last_adapter")

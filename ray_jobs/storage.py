@@ -99,7 +99,7 @@ class Location:
 def location(uri: str, *, team_keys: bool = True) -> Location:
     """The filesystem and path for a local directory or an ``s3://bucket/prefix`` URI. ``team_keys=False``: S3
     signed with the node's own identity, never the job's team's keys, for the operator's own stores (the
-    cluster's compiled kernels, ``ray_jobs.kernel_store``), which no team's keys may write."""
+    cluster's compiled kernels, ``ray_jobs.train.kernel_store``), which no team's keys may write."""
     import pyarrow.fs as pafs
 
     if uri.startswith("s3://"):

@@ -1,6 +1,6 @@
 """A finished job's summary (``summary.json``): what it trained, how fast, where the time went, and why.
 
-Built on the driver from the reports it forwarded and the :class:`~ray_jobs.profile.JobProfile`, as a
+Built on the driver from the reports it forwarded and the :class:`~ray_jobs.observe.profile.JobProfile`, as a
 :class:`~rayft_contract.records.JobSummary`; read by the CLI, the service (``Job.summary_json``),
 ``report.png`` and the trackers.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from ray_jobs.diagnosis import diagnose, verdict
-from ray_jobs.model import serving_notes
-from ray_jobs.profile import JobProfile
+from ray_jobs.observe.diagnosis import diagnose, verdict
+from ray_jobs.observe.profile import JobProfile
+from ray_jobs.train.model import serving_notes
 from rayft_contract.data_records import Caches, DataQuality
 from rayft_contract.records import JobSummary, Progress, SamplesAt, Timing
 from rayft_contract.spec import FineTuneSpec

@@ -15,7 +15,7 @@ import random
 import sys
 from pathlib import Path
 
-from ray_jobs.template import CHATML_TEMPLATE
+from ray_jobs.data.template import CHATML_TEMPLATE
 
 WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike november "
@@ -55,7 +55,7 @@ BAD_LINES = {
         {"messages": [{"role": "user", "content": "count"}, {"role": "assistant", "content": " ".join(WORDS * 40)}]}
     ),
 }
-"""One line of each bad-row kind (``ray_jobs.quality``); ``too_long`` needs ``data.overlong: drop``."""
+"""One line of each bad-row kind (``ray_jobs.data.quality``); ``too_long`` needs ``data.overlong: drop``."""
 
 
 def write_dataset_with_bad_rows(path: Path, rows: int, bad: int, seed: int = 0) -> dict[int, str]:

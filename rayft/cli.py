@@ -155,7 +155,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_via_service(spec: FineTuneSpec, data_dir: Path) -> int:
     """Start the embedded service (local Ray, SQLite), submit over gRPC, watch to the end."""
-    from ray_jobs.preflight import check
+    from ray_jobs.data.preflight import check
     from rayft.cli_service import watch
     from rayft.client import Client
     from rayft.local_service import local_service
@@ -171,7 +171,7 @@ def _demo_via_service(spec: FineTuneSpec, data_dir: Path) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ray_jobs import preflight
+    from ray_jobs.data import preflight
 
     spec = load_spec(args.spec, args.set)
     inputs = preflight.check(spec)
@@ -183,8 +183,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
-    from ray_jobs import preflight
     from ray_jobs.chaos import Chaos
+    from ray_jobs.data import preflight
     from ray_jobs.run import run
     from rayft.progress import ProgressView
 

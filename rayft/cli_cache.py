@@ -40,7 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ray_jobs.cache import default_root, list_entries
+    from ray_jobs.cache.entries import default_root, list_entries
 
     entries = _entries(list_entries, args.root)
     table = Table(title=f"rayft cache: {args.root or default_root()}")
@@ -54,7 +54,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ray_jobs.cache import prune
+    from ray_jobs.cache.entries import prune
 
     removed = _entries(lambda root: prune(args.max_size, root, dry_run=args.dry_run), args.root)
     verb = "would delete" if args.dry_run else "deleted"

@@ -1,4 +1,4 @@
-"""``rayft warm start|status|stop``: the operator's warm pool (``ray_jobs/warm_pool.py``) on a running cluster.
+"""``rayft warm start|status|stop``: the operator's warm pool (``ray_jobs/warm/pool.py``) on a running cluster.
 
 rayft warm start SPEC.yaml --address auto [--set model.path=...] [--wait]   # keep SPEC's base loaded for the next jobs
 rayft warm status --address auto                                             # workers idle, ready, lent; the base they load
@@ -41,8 +41,8 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from ray_jobs import warm_control
-    from ray_jobs.warm_settings import WarmSettings
+    from ray_jobs.warm import control as warm_control
+    from ray_jobs.warm.settings import WarmSettings
     from rayft import exits
     from rayft.cli import load_spec
 
@@ -61,7 +61,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ray_jobs import warm_control
+    from ray_jobs.warm import control as warm_control
 
     pool = _running(args.address)
     print(f"warm pool: {warm_control.state_of(pool).line()}" if pool is not None else "warm pool: none on this cluster")
@@ -87,7 +87,7 @@ def _connect(address: str, spec: Any = None) -> None:
 
 
 def _running(address: str) -> Any:
-    from ray_jobs.warm_pool import running_pool
+    from ray_jobs.warm.pool import running_pool
 
     _connect(address)
     return running_pool()

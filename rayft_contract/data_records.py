@@ -1,6 +1,6 @@
 """What preparing a job's data and model cost, as typed records (see ``rayft_contract.records``): the dataset
-cache's fill and its times, the model fetch, the data's quality. Made by the driver (``ray_jobs.dataset_cache``,
-``ray_jobs.model_cache``, ``ray_jobs.quality``); read in the summary (:class:`~rayft_contract.records.JobSummary`),
+cache's fill and its times, the model fetch, the data's quality. Made by the driver (``ray_jobs.data.cache``,
+``ray_jobs.cache.models``, ``ray_jobs.data.quality``); read in the summary (:class:`~rayft_contract.records.JobSummary`),
 by the CLI and the benchmarks.
 """
 
@@ -15,7 +15,7 @@ from rayft_contract.phases import Phase
 
 @dataclasses.dataclass(frozen=True)
 class FillTimes(Record):
-    """Where a dataset cache fill's time went (``ray_jobs.dataset_cache``).
+    """Where a dataset cache fill's time went (``ray_jobs.data.cache``).
 
     The fill streams: files are read, templated, tokenized, packed and written at once, so its wall time
     is cut where the stream starts and ends, at the first and the last batch a tokenizer finished. The
@@ -54,7 +54,7 @@ class FillTimes(Record):
     """From the fill's start to the first rows a reading task handed on. From there to ``start_s``, the rows
     wait for Ray Data to cut them into a tokenizer task's batch and give it to an actor."""
     readers_at_once: int = 0
-    """The most reading tasks that ran at the same time (``ray_jobs.data.ACTORS_PER_READER`` bounds them)."""
+    """The most reading tasks that ran at the same time (``ray_jobs.data.pipeline.ACTORS_PER_READER`` bounds them)."""
 
     PHASES: ClassVar[tuple[Phase, Phase, Phase]] = (Phase.DATA_FILL_START, Phase.DATA_FILL_STREAM, Phase.DATA_FILL_WRITE)
     """The phase table's rows for ``start_s``, ``stream_s`` and ``write_s``, in that order."""
@@ -77,7 +77,7 @@ class FillTimes(Record):
 
 @dataclasses.dataclass(frozen=True)
 class DatasetCacheInfo(Record):
-    """What preparing the data cost (``ray_jobs.dataset_cache``)."""
+    """What preparing the data cost (``ray_jobs.data.cache``)."""
 
     enabled: bool
     hit: bool = False
@@ -108,7 +108,7 @@ class DatasetCacheInfo(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Fetched(Record):
-    """Where the base model came from (``ray_jobs.model_cache.fetch_model``)."""
+    """Where the base model came from (``ray_jobs.cache.models.fetch_model``)."""
 
     path: str
     """The model's local directory."""
@@ -148,9 +148,9 @@ class BadRowSample(Record):
     """One located bad row. Ordered by place in the data: file index in the listing, then line."""
 
     file_index: int
-    """The file's position in the sorted listing of ``data.path`` (``ray_jobs.sources.data_files``)."""
+    """The file's position in the sorted listing of ``data.path`` (``ray_jobs.data.sources.data_files``)."""
     piece: int = 0
-    """Which range of the file it was read in (``ray_jobs.reading.pieces_of``); 0 once ``line`` is the file's."""
+    """Which range of the file it was read in (``ray_jobs.data.reading.pieces_of``); 0 once ``line`` is the file's."""
     line: int = 0
     """1-based line of a JSONL file (within its piece until resolved), or row number in the other file types."""
     kind: str = dataclasses.field(default="", compare=False)
@@ -161,7 +161,7 @@ class BadRowSample(Record):
 
 @dataclasses.dataclass(frozen=True)
 class DataQuality(Record):
-    """The bad rows of a job's data (``ray_jobs.quality``): counted by kind, the earliest of each located."""
+    """The bad rows of a job's data (``ray_jobs.data.quality``): counted by kind, the earliest of each located."""
 
     rows: int = 0
     bad_rows: int = 0

@@ -24,7 +24,7 @@ class Event:
     ``connect``, ``model``, ``data``, ``training``, ``export``, with a ``detail``), ``progress``
     (metrics of a report), ``failure`` (a worker failed; Ray Train restarts from the last checkpoint:
     ``errors`` by rank), ``diagnosis`` (a bottleneck found: ``kind``, ``message``, ``cost_s``; see
-    ``ray_jobs.diagnosis``) or ``summary`` (the job's summary.json). ``timing`` (the step records of
+    ``ray_jobs.observe.diagnosis``) or ``summary`` (the job's summary.json). ``timing`` (the step records of
     the workers' closing report) stays inside the driver."""
     data: dict[str, Any]
     time: float = dataclasses.field(default_factory=time.time)

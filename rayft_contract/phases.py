@@ -24,7 +24,7 @@ class Group(StrEnum):
 
 
 class Phase(StrEnum):
-    """One row of the phase table. ``in_step``: timed inside every training step (``ray_jobs.metrics``)."""
+    """One row of the phase table. ``in_step``: timed inside every training step (``ray_jobs.observe.metrics``)."""
 
     label: str
     group: Group

@@ -6,9 +6,9 @@ Every record is a frozen dataclass that travels as its :meth:`~Record.to_dict` (
 
 | record           | made by                          | read by                                              |
 |------------------|----------------------------------|------------------------------------------------------|
-| :class:`StepRecord` | every Ray Train worker (``ray_jobs.metrics``) | the profile, the diagnosis, the picture, the benchmarks |
-| :class:`Progress`   | rank 0, at each ``ray.train.report`` (``ray_jobs.train_loop``) | the driver, the trackers, the wire ``Progress`` (``convert``), the CLI |
-| :class:`Finding`    | the diagnosis (``ray_jobs.diagnosis``) | the summary, the wire ``Diagnosis``, the CLI           |
+| :class:`StepRecord` | every Ray Train worker (``ray_jobs.observe.metrics``) | the profile, the diagnosis, the picture, the benchmarks |
+| :class:`Progress`   | rank 0, at each ``ray.train.report`` (``ray_jobs.train.loop``) | the driver, the trackers, the wire ``Progress`` (``convert``), the CLI |
+| :class:`Finding`    | the diagnosis (``ray_jobs.observe.diagnosis``) | the summary, the wire ``Diagnosis``, the CLI           |
 | :class:`JobSummary` | the driver at the end (``ray_jobs.summary``) | ``summary.json``, the service's ``Job.summary_json``, the CLI, the trackers, the picture |
 | :class:`JobPhase`, :class:`StateChange`, :class:`Failure` | the driver; the service's store; Ray Train's controller | the CLI, the reconciler, the wire |
 
@@ -72,7 +72,7 @@ class StepRecord(Record):
 
 @dataclasses.dataclass(frozen=True)
 class ModelShape(Record):
-    """What the FLOPs formula needs (``ray_jobs.profile.step_flops``), read from the model before it is wrapped."""
+    """What the FLOPs formula needs (``ray_jobs.observe.profile.step_flops``), read from the model before it is wrapped."""
 
     matmul_params: int
     trainable_matmul_params: int
@@ -94,21 +94,21 @@ class RunFacts(Record):
     """The strategy: ``single``, ``ddp`` or ``fsdp``."""
     quantized_layers: int = 0
     kernels: str = ""
-    """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.kernels``), then what ``lora.fused`` and ``model.compile``
+    """``liger (rope, ...)`` or ``none (why)`` (``ray_jobs.train.kernels``), then what ``lora.fused`` and ``model.compile``
     add when they are on."""
     attention: str = ""
     """The attention kernel the worker loaded the model with (``model.attn_implementation``, ``auto`` resolved)."""
     quantized_base: str = ""
     """How the quantized base came to be: quantized, or read from the node's cache (``quantization.cache``)."""
     micro_batch: str = ""
-    """The micro-batch trained with, and why if it is not the spec's (``ray_jobs.memory``)."""
+    """The micro-batch trained with, and why if it is not the spec's (``ray_jobs.train.memory``)."""
     worker: str = ""
-    """Which worker trained: Ray Train's, started for the job, or a warm one (``ray_jobs.warm_pool``)."""
+    """Which worker trained: Ray Train's, started for the job, or a warm one (``ray_jobs.warm.pool``)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class SetupTimes(Record):
-    """How a worker's setup went, sent once with its first report after setup (``ray_jobs.profile``)."""
+    """How a worker's setup went, sent once with its first report after setup (``ray_jobs.observe.profile``)."""
 
     worker_start_ts: float
     """When the training function began on this worker."""
@@ -116,7 +116,7 @@ class SetupTimes(Record):
     """When this worker's process was created (before the run, if Ray had it started already)."""
     model_load_s: float = 0.0
     compile_wait_s: float = 0.0
-    """Waiting, after the base's load, for the kernels being compiled ahead (``ray_jobs.compile_ahead``)."""
+    """Waiting, after the base's load, for the kernels being compiled ahead (``ray_jobs.train.compile_ahead``)."""
     resume_s: float = 0.0
     first_eval_s: float = 0.0
     loop_start_ts: float | None = None
@@ -124,7 +124,7 @@ class SetupTimes(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Sample(Record):
-    """One held-out prompt, its reference answer and what the model answered (``ray_jobs.samples``)."""
+    """One held-out prompt, its reference answer and what the model answered (``ray_jobs.train.samples``)."""
 
     prompt: str
     reference: str
@@ -221,7 +221,7 @@ class Failure(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Finding(Record):
-    """A bottleneck the diagnosis found (``ray_jobs.diagnosis``), with the fix in the spec's field names."""
+    """A bottleneck the diagnosis found (``ray_jobs.observe.diagnosis``), with the fix in the spec's field names."""
 
     kind: str
     message: str
@@ -231,7 +231,7 @@ class Finding(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Efficiency(Record):
-    """Steady-state throughput, MFU/HFU, padding share and memory (``ray_jobs.profile``)."""
+    """Steady-state throughput, MFU/HFU, padding share and memory (``ray_jobs.observe.profile``)."""
 
     steady_steps: int = 0
     warmup_steps: int = 0
@@ -309,7 +309,7 @@ class JobSummary(Record):
     verdict: str = ""
     adapter_dir: str = ""
     adapter_notes: tuple[str, ...] = ()
-    """What to know before serving the adapter elsewhere (``ray_jobs.model.serving_notes``)."""
+    """What to know before serving the adapter elsewhere (``ray_jobs.train.model.serving_notes``)."""
     caches: Caches = dataclasses.field(default_factory=Caches)
     data_quality: DataQuality | None = None
     spec: dict[str, Any] = dataclasses.field(default_factory=dict)

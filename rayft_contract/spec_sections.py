@@ -70,12 +70,12 @@ class QuantizationSpec:
     """Quantize the 4-bit scales too: about 0.4 bit/param saved, no measurable speed cost."""
     cache: bool = False
     """Keep the NF4 base, once quantized, in the node's model cache (``$RAYFT_CACHE_DIR/models``), so that a later job
-    with the same base and settings reads it instead of quantizing again (``ray_jobs.quantized_cache``; 3.9 GB for a
+    with the same base and settings reads it instead of quantizing again (``ray_jobs.cache.quantized``; 3.9 GB for a
     7B base, written by the first job before its first step). Exact on CPU (the same tensors and logits); not yet
     measured on a GPU, hence off. Not under FSDP."""
     fp8: bool = False
     """Run the frozen base's matmuls (its forward, and the gradient through it) in FP8 with one scale per row, on
-    GPUs with FP8 tensor cores (Hopper, Ada); the adapter stays bf16 (``ray_jobs.fp8``). Trades precision for
+    GPUs with FP8 tensor cores (Hopper, Ada); the adapter stays bf16 (``ray_jobs.train.fp8``). Trades precision for
     speed (on an H200, +26% tokens/s and a loss 0.5% higher at equal steps), so off here and on in the 7B GPU presets,
     which say so. Needs ``lora.fused`` (its forward carries it) and an ``nf4`` or unquantized base, not
     FSDP. Holds the base in FP8 too, 2 bytes a parameter (13 GB for a 7B)."""
@@ -102,7 +102,7 @@ class LoraSpec:
     fused: bool = True
     """Add each adapter's update inside its second matmul (one ``addmm``: ``base(x) + scale * B(A(x))``) instead of
     PEFT's copy, multiply and add over every adapted layer's output, 13% of the 7B preset's GPU time on an H200
-    (``ray_jobs.lora_fused``). The same weights and adapter files. Measured there: a step 3.94 -> 3.73 s (+6%
+    (``ray_jobs.train.lora_fused``). The same weights and adapter files. Measured there: a step 3.94 -> 3.73 s (+6%
     tokens/s), the same peak memory, the loss equal at all 12 steps (``bench/RESULTS.md``). ``false``: PEFT's own
     forward."""
 
@@ -120,7 +120,7 @@ class DataSpec:
     path: str = ""
     """A file, directory, glob or ``s3://`` prefix of JSONL/JSON/CSV/Parquet files (``.gz``/``.zst`` too)."""
     format: DataFormat = "auto"
-    """Row layout; ``auto`` detects it from the columns (see ``ray_jobs.formats``)."""
+    """Row layout; ``auto`` detects it from the columns (see ``ray_jobs.data.formats``)."""
     max_seq_len: int = 2048
     """Tokens per training row. Longer examples are truncated or dropped (``overlong``), and counted."""
     packing: bool = True
@@ -234,7 +234,7 @@ class TrainSpec:
     fit_memory: bool = True
     """Before the first step, run each micro-batch in as many pieces as the GPU memory left after the model
     holds (and, for one worker, turn gradient checkpointing on if even one row a piece would not fit), from
-    an estimate of its activations (``ray_jobs.memory.plan``); the global batch stays. ``false``: run
+    an estimate of its activations (``ray_jobs.train.memory.plan``); the global batch stays. ``false``: run
     ``micro_batch_size`` as it is (an out-of-memory step still halves it once, for one worker)."""
     log_every: int = 10
     """Report metrics every N steps."""

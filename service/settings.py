@@ -85,7 +85,7 @@ class ServiceSettings:
     (``service/admission.py``). Unset: the alive nodes' GPUs on a fixed cluster, no limit on one that
     autoscales. Set it on an autoscaling cluster to the most GPUs it can grow to (KubeRay's maxReplicas)."""
     warm_workers: int = 0
-    """Warm workers kept for jobs of one worker (``RAYFT_WARM_WORKERS``; ``ray_jobs/warm_pool.py``): processes that
+    """Warm workers kept for jobs of one worker (``RAYFT_WARM_WORKERS``; ``ray_jobs/warm/pool.py``): processes that
     imported the training stack before a job came, one job each. Each holds a worker's resources (a GPU) while it
     waits; a job that does not take one stands the pool down first. 0: none."""
     warm_idle_s: float = 600.0
@@ -120,7 +120,7 @@ class ServiceSettings:
     @property
     def job_env(self) -> dict[str, str]:
         """What every job is told by the operator, besides where to report: the warm pool's settings, when it is on
-        (off, a job stands down a pool left from before all the same: ``ray_jobs.warm_pool.take``)."""
+        (off, a job stands down a pool left from before all the same: ``ray_jobs.warm.pool.take``)."""
         if not self.warm_workers:
             return {}
         return {"RAYFT_WARM_WORKERS": str(self.warm_workers), "RAYFT_WARM_IDLE_S": str(self.warm_idle_s)}

@@ -1,6 +1,6 @@
 """The job store interface: jobs, their ordered event logs, and team API tokens.
 
-Any implementation passes the contract suite in ``tests/unit/test_store_contract.py``. The default is
+Any implementation passes the contract suite in ``tests/unit/service/test_store_contract.py``. The default is
 SQLite (``service.store_sqlite``); a server database can follow behind the same Protocol.
 """
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from rayft_contract.spec import FineTuneSpec
-
-PRESETS = Path(__file__).resolve().parents[1] / "ray_jobs" / "presets"
+from tests.paths import PRESETS
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,7 +1,7 @@
 """On a CUDA GPU: Liger's kernels train the same model as transformers' own ops, and a real QLoRA job uses them.
 
 Run on the device (``make test-gpu``); skipped elsewhere (``tests/conftest.py``). The CPU side of the
-choice is ``tests/unit/test_kernels.py``.
+choice is ``tests/unit/ray_jobs/train/test_kernels.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def loss_and_grads(spec, patch: bool, compiled: bool = False):
     """One forward/backward of the NF4 base + LoRA on a fixed batch, as the loop runs it."""
     import torch
 
-    from ray_jobs import kernels
-    from ray_jobs.model import apply_lora, autocast, compile_layers, load_base
-    from ray_jobs.strategy import Single
+    from ray_jobs.train import kernels
+    from ray_jobs.train.model import apply_lora, autocast, compile_layers, load_base
+    from ray_jobs.train.strategy import Single
 
     device = torch.device("cuda")
     base = load_base(spec, device, Single())
@@ -37,8 +37,8 @@ def loss_and_grads(spec, patch: bool, compiled: bool = False):
         kernels.apply(base, kernels.choose(spec, "cuda", base.config.model_type))
     model = apply_lora(base, spec)
     if spec.quantization.fp8:  # as the loop decides it: on, where the FP8 weights cost the micro-batch nothing
-        from ray_jobs import fp8
-        from ray_jobs.profile import model_shape
+        from ray_jobs.observe.profile import model_shape
+        from ray_jobs.train import fp8
 
         assert fp8.enable(model, spec, model_shape(model), 0, device, world=1) == "fp8 base matmuls (rowwise)"
     if compiled:
@@ -109,7 +109,7 @@ def test_fp8_base_matmuls_over_nf4_and_liger_train_what_bf16_does(tiny_spec):
     precision, so the loss to 2% and each gradient's direction."""
     import torch
 
-    from ray_jobs.fp8 import usable
+    from ray_jobs.train.fp8 import usable
 
     assert usable(torch.device("cuda")) == (True, "fp8 base matmuls (rowwise)")
     spec = qlora_gpu(tiny_spec)
@@ -128,7 +128,7 @@ def test_a_warm_worker_compiles_fp8_s_row_scaling_ahead_and_the_job_s_own_shapes
     import torch
     from torch._dynamo.utils import counters
 
-    from ray_jobs import fp8
+    from ray_jobs.train import fp8
 
     device = torch.device("cuda", 0)
     torch._dynamo.reset()  # whatever an earlier test compiled
@@ -147,8 +147,8 @@ def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec)
     example), computed block-sparse."""
     import torch
 
-    from ray_jobs.model import apply_lora, autocast, load_base
-    from ray_jobs.strategy import Single
+    from ray_jobs.train.model import apply_lora, autocast, load_base
+    from ray_jobs.train.strategy import Single
 
     device = torch.device("cuda")
     ids = torch.randint(5, 300, (2, 256), generator=torch.Generator().manual_seed(0)).to(device)
@@ -174,7 +174,7 @@ def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec)
 
 
 def test_every_liger_op_is_chosen_for_llama_on_a_gpu_and_the_fused_loss_skips_a_trained_head(tiny_spec):
-    from ray_jobs import kernels
+    from ray_jobs.train import kernels
 
     assert kernels.choose(qlora_gpu(tiny_spec), "cuda", "llama").ops == kernels.OPS
     trained_head = kernels.choose(qlora_gpu(tiny_spec, modules_to_save=["lm_head"]), "cuda", "llama")
@@ -196,7 +196,7 @@ def test_a_qlora_job_on_one_gpu_trains_with_the_kernels_and_learns(tiny_spec):
 
 def test_with_the_fused_loss_evaluation_still_gets_logits_for_its_token_accuracy(tiny_spec):
     """The fused linear cross-entropy skips the logits in training only: in eval mode they come back, and
-    the token accuracy reads them (ray_jobs.evaluation)."""
+    the token accuracy reads them (ray_jobs.train.evaluation)."""
     from ray_jobs.run import run
 
     spec = qlora_gpu(tiny_spec)  # no trained head: the fused loss is on

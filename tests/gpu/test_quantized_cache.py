@@ -1,6 +1,6 @@
 """On a CUDA GPU: an NF4 base read from the node's cache (``quantization.cache``) is the one quantized on the GPU.
 
-The CPU side (keys, misses, a full disk, the summary) is ``tests/unit/test_quantized_cache.py``.
+The CPU side (keys, misses, a full disk, the summary) is ``tests/unit/ray_jobs/cache/test_quantized.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ pytestmark = pytest.mark.gpu
 def test_a_base_read_from_the_node_s_cache_is_the_one_quantized_on_the_gpu(tiny_spec, tmp_path, monkeypatch):
     import torch
 
-    from ray_jobs.model import load_base_from
-    from ray_jobs.strategy import Single
+    from ray_jobs.train.model import load_base_from
+    from ray_jobs.train.strategy import Single
 
     monkeypatch.setenv("RAYFT_CACHE_DIR", str(tmp_path / "cache"))
     spec = tiny_spec.replace(

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ray_jobs import cache
-from ray_jobs.dataset_cache import prepare
-from ray_jobs.preflight import data_inputs
-from ray_jobs.quality import DataQualityError
+from ray_jobs.cache import entries as cache
+from ray_jobs.data.cache import prepare
+from ray_jobs.data.preflight import data_inputs
+from ray_jobs.data.quality import DataQualityError
 from ray_jobs.run import run
 from ray_jobs.tiny import write_dataset_with_bad_rows
 from rayft.cli import main
@@ -199,7 +199,7 @@ spec = FineTuneSpec.from_dict(json.loads(sys.argv[1]))
 
 
 def prepared(spec):
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
 
     info = prepare(spec).cache
     return {"node": ray.get_runtime_context().get_node_id(), "hit": info.hit, "nodes": info.nodes,

@@ -1,4 +1,4 @@
-"""The Ray Data read on the session cluster: large files cut into pieces, every row counted once (ray_jobs.reading, ray_jobs.data)."""
+"""The Ray Data read on the session cluster: large files cut into pieces, every row counted once (ray_jobs.data.reading, ray_jobs.data.pipeline)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from ray_jobs import reading
-from ray_jobs.data import new_ledger, tokenize
-from ray_jobs.preflight import data_inputs
+from ray_jobs.data import reading
+from ray_jobs.data.pipeline import new_ledger, tokenize
+from ray_jobs.data.preflight import data_inputs
 from ray_jobs.tiny import write_dataset_with_bad_rows
 
 pytestmark = pytest.mark.integration
@@ -54,8 +54,8 @@ def test_a_fill_reads_its_pieces_a_few_tasks_at_once_however_many_there_are(ray_
     """Seven pieces, one tokenizer actor: at most two reading tasks at once (``ACTORS_PER_READER``), each piece a
     task of a slow store (``Chaos.read_delay_s``), and every row still read once. Unbounded, a new job's fill
     started a worker process, and Ray Data's imports in it, for every piece at once beside the actors'."""
-    from ray_jobs import data as data_module
     from ray_jobs.chaos import Chaos
+    from ray_jobs.data import pipeline as data_module
     from ray_jobs.tiny import write_dataset
 
     path = write_dataset(tmp_path / "rows.jsonl", rows=700, seed=5)
@@ -87,7 +87,7 @@ def test_parquet_and_jsonl_of_the_same_rows_give_the_same_cache_entry(ray_cluste
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
     from ray_jobs.tiny import write_dataset
 
     jsonl = write_dataset(tmp_path / "rows.jsonl", rows=600, seed=3)
@@ -114,7 +114,7 @@ def test_a_validation_set_of_its_own_is_the_eval_split_and_every_row_of_the_data
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
     from ray_jobs.tiny import write_dataset
 
     train = write_dataset(tmp_path / "train.jsonl", rows=600, seed=3)
@@ -161,8 +161,8 @@ def test_a_cache_entry_read_here_gives_the_batches_ray_data_gives(ray_cluster, t
 
     import torch
 
-    from ray_jobs.data_order import worker_batches
-    from ray_jobs.dataset_cache import prepare
+    from ray_jobs.data.cache import prepare
+    from ray_jobs.data.order import worker_batches
 
     # Tokenizer tasks of 256 rows (8 batches of 32): several of them, so the entry is several files.
     data = dataclasses.replace(tiny_spec.data, cache_uri=str(tmp_path / "cache"), shuffle_buffer_rows=16, tokenize_batch_size=32)

@@ -75,7 +75,7 @@ def test_slow_tokenizer_is_data_bound(ray_cluster, tiny_spec):
 
 
 def test_slow_checkpoints_are_named(ray_cluster, tiny_spec):
-    # The write runs beside training (ray_jobs.checkpoint.Pending); a report every step waits for it at the
+    # The write runs beside training (ray_jobs.train.checkpoint.Pending); a report every step waits for it at the
     # step after each save (checkpoint_wait), so a 1 s write stalls training unless that step takes 1 s.
     summary, events, _ = profiled(tiny_spec, Chaos(checkpoint_delay_s=1.0), steps=20, checkpoint_every=5, log_every=1)
     assert kinds(summary) == ["slow_checkpoint"], summary.diagnosis

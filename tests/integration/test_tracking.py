@@ -1,4 +1,4 @@
-"""Live tracking (ray_jobs/tracking.py): TensorBoard files grow while the job runs, and the MLflow run (real
+"""Live tracking (ray_jobs/observe/tracking.py): TensorBoard files grow while the job runs, and the MLflow run (real
 mlflow, the run's own file store) and the W&B run (real wandb, offline) hold the job's parameters, tags and
 every reported metric."""
 

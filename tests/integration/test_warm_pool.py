@@ -9,11 +9,11 @@ import time
 import pytest
 
 from ray_jobs.chaos import Chaos
-from ray_jobs.quality import DataQualityError
+from ray_jobs.data.quality import DataQualityError
 from ray_jobs.run import run
 from ray_jobs.tiny import write_dataset_with_bad_rows
-from ray_jobs.warm_control import state_of, until_ready
-from ray_jobs.warm_pool import running_pool
+from ray_jobs.warm.control import state_of, until_ready
+from ray_jobs.warm.pool import running_pool
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_ray_train_re
     import ray
     from ray.util.queue import Queue
 
-    from ray_jobs import warm_pool
+    from ray_jobs.warm import pool as warm_pool
 
     spec = tiny_spec.replace(
         scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
@@ -114,7 +114,7 @@ def test_an_operator_primed_pool_gives_the_first_job_a_worker_holding_its_base_a
     shape takes a warm worker that loaded its base ahead, where the test above shows a first job on an unprimed pool
     running on Ray Train. ``rayft warm status`` names the base; ``rayft warm stop`` ends the pool and its workers."""
 
-    from ray_jobs import warm_control
+    from ray_jobs.warm import control as warm_control
     from rayft.cli import main
 
     spec = tiny_spec.replace(

@@ -377,7 +377,7 @@ def test_podmonitors_select_pods_that_serve_the_port_they_scrape():
 def test_the_grafana_dashboard_charts_only_series_that_rayft_exports():
     from prometheus_client import generate_latest
 
-    from ray_jobs.tracking import RAY_GAUGES
+    from ray_jobs.observe.tracking import RAY_GAUGES
     from service.metrics import ServiceMetrics
 
     (config,) = [c for c in objects("ConfigMap") if c["metadata"]["name"] == "rayft-grafana-dashboard"]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO as ROOT
+
 PACKAGES = ("rayft_contract", "rayft", "service", "ray_jobs")
 MAY_IMPORT = {
     "rayft_contract": set(),
@@ -74,6 +75,34 @@ def test_the_contract_and_the_service_never_name_the_training_stack(package):
     assert not named
 
 
+SUBPACKAGES_MAY_IMPORT = {  # inside ray_jobs: the seams a change should not cross (ray_jobs/__init__.py)
+    "cache": set(),
+    "data": {"cache"},
+    "observe": set(),
+    "train": {"data", "cache", "observe"},
+    "warm": {"train", "data", "cache", "observe"},
+}
+SHARED = ("storage", "chaos", "events", "background", "local_ray", "node_gpus")
+"""ray_jobs' modules every subpackage may use; they import no subpackage."""
+
+
+def job_edges(paths: list[Path]) -> set[str]:
+    """The ray_jobs subpackages (and shared modules) that ``paths`` import, by their second name."""
+    return {name.split(".")[1] for path in paths for name in imports(path) if name.startswith("ray_jobs.")}
+
+
+@pytest.mark.parametrize("subpackage", sorted(SUBPACKAGES_MAY_IMPORT))
+def test_each_job_subpackage_imports_only_those_below_it(subpackage):
+    found = job_edges(modules(f"ray_jobs/{subpackage}")) & set(SUBPACKAGES_MAY_IMPORT) - {subpackage}
+    assert found <= SUBPACKAGES_MAY_IMPORT[subpackage], f"ray_jobs.{subpackage} imports {sorted(found)}"
+
+
+def test_the_jobs_shared_modules_import_no_subpackage():
+    wrong = {m: sorted(e) for m in SHARED if (e := job_edges([ROOT / "ray_jobs" / f"{m}.py"]) & set(SUBPACKAGES_MAY_IMPORT))}
+    assert not wrong
+    assert {p.stem for p in (ROOT / "ray_jobs").glob("*.py")} >= set(SHARED)
+
+
 def test_a_client_and_the_service_load_no_training_stack():
     """Import what ``rayft submit/watch/list`` and the service run, then look at ``sys.modules``."""
     light = [
@@ -113,10 +142,47 @@ def test_the_readme_layout_names_every_module():
     readme = (ROOT / "README.md").read_text()
     layout = readme.split("## How it is built", 1)[1].split("```")[1]
     modules = [
-        p
+        p.relative_to(ROOT)
         for package in ("rayft_contract", "service", "ray_jobs", "rayft")
-        for p in (ROOT / package).glob("*.py")
-        if p.name not in ("__init__.py", "__main__.py")
+        for p in (ROOT / package).rglob("*.py")
+        if p.name not in ("__init__.py", "__main__.py") and "_pb2" not in p.name
     ]
-    missing = [f"{p.parent.name}/{p.name}" for p in modules if p.name not in layout]
+    # A top-level module by its name under its package; a subpackage's as ``sub/name.py`` once its heading
+    # (``sub/``) is named: the tree indents a subpackage's modules under it.
+    missing = [str(p) for p in modules if (p.parts[-2] + "/" if len(p.parts) > 2 else "") + p.name not in _flat(layout)]
     assert not missing, f"add to the README's layout: {missing}"
+
+
+def _flat(layout: str) -> str:
+    """The layout with every module named under a subpackage's heading (``  data/``) written as ``data/name.py``."""
+    out, heading, depth = [], "", 0
+    for line in layout.splitlines():
+        indent, words = len(line) - len(line.lstrip()), line.split()
+        if heading and indent <= depth:
+            heading = ""
+        if indent and words and words[0].endswith("/"):
+            heading, depth = words[0], indent
+        elif heading:
+            words = [heading + w if w.endswith(".py") else w for w in words]
+        out.append(" ".join(words))
+    return "\n".join(out)
+
+
+NOT_ONE_MODULE = {
+    "rayft_contract/test_proto.py": "the .proto against the spec, and the generated code against the .proto",
+    "service/test_store_contract.py": "the JobStore protocol, run against every store",
+}
+
+
+def test_the_unit_tests_are_laid_out_as_the_modules_they_test():
+    """``tests/unit/ray_jobs/data/test_packing.py`` tests ``ray_jobs/data/packing.py``: a module's tests are found
+    where the module is, and a test file whose module moved or went away shows up here."""
+    unit = ROOT / "tests" / "unit"
+    stray = [
+        str(rel)
+        for path in unit.rglob("test_*.py")
+        if (rel := path.relative_to(unit)).parent != Path(".")
+        and str(rel) not in NOT_ONE_MODULE
+        and not (ROOT / rel.parent / f"{rel.name.removeprefix('test_')}").exists()
+    ]
+    assert not stray, f"no module at the same path for {stray}"

@@ -1,0 +1,108 @@
+"""quantization.cache (ray_jobs.cache.quantized): the NF4 base kept in the node's model cache, read back exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from ray_jobs.cache import entries as cache
+from ray_jobs.cache import quantized as quantized_cache
+from ray_jobs.train.model import load_base_from
+from ray_jobs.train.strategy import FSDP2, Single
+
+
+def nf4(spec, **changes):
+    """The tiny spec with an NF4 base in bf16 (bitsandbytes quantizes on CPU too), the cache on."""
+    return spec.replace(
+        model=dataclasses.replace(spec.model, dtype="bfloat16"),
+        quantization=dataclasses.replace(spec.quantization, mode="nf4", cache=True, **changes),
+    )
+
+
+@pytest.fixture
+def own_root(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("RAYFT_CACHE_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def own_model(tiny_spec, tmp_path):
+    """A copy of the tiny base that this test may touch."""
+    copy = tmp_path / "base"
+    shutil.copytree(tiny_spec.model.path, copy)
+    return tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(copy)))
+
+
+def logits(model: torch.nn.Module) -> torch.Tensor:
+    ids = torch.randint(3, 100, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_the_second_load_reads_the_quantized_base_the_first_kept_and_it_is_the_same_model(own_model, own_root):
+    spec = nf4(own_model)
+    first = load_base_from(spec, torch.device("cpu"), Single())
+    assert first.quantized == "quantized, then kept in the node's cache"
+    # Before any forward: bitsandbytes' CPU path rewrites a layer's quantization state in its first forward.
+    kept = {k: v.clone() for k, v in first.model.state_dict().items()}
+    second = load_base_from(spec, torch.device("cpu"), Single())
+    assert second.quantized == "read quantized from the node's cache"
+    read = second.model.state_dict()
+    assert read.keys() == kept.keys() and all(torch.equal(read[k], v) for k, v in kept.items())
+    assert torch.equal(logits(second.model), logits(first.model))
+    assert type(second.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
+    (entry,) = [e for e in cache.list_entries(str(own_root)) if e.key.startswith("nf4-")]
+    assert entry.complete and entry.kind == "models" and "quantized base" in entry.description
+    assert entry.hits == 1  # the read counts as a use, so pruning by last use keeps a base in use
+    assert not list(Path(entry.uri).rglob("*.bin")) and not list(Path(entry.uri).rglob("*.pt"))  # safetensors only
+
+
+def test_other_settings_or_a_base_rewritten_in_place_quantize_again(own_model, own_root):
+    spec = nf4(own_model)
+    load_base_from(spec, torch.device("cpu"), Single())
+    other = load_base_from(nf4(own_model, double_quant=False), torch.device("cpu"), Single())
+    assert other.quantized == "quantized, then kept in the node's cache"
+    weights = next(Path(own_model.model.path).glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # a new checkpoint, same size
+    again = load_base_from(spec, torch.device("cpu"), Single())
+    assert again.quantized == "quantized, then kept in the node's cache"
+
+
+def test_nothing_is_kept_with_the_cache_off_under_fsdp_or_with_the_cache_in_s3(own_model, own_root, monkeypatch):
+    off = own_model.replace(
+        model=dataclasses.replace(own_model.model, dtype="bfloat16"),
+        quantization=dataclasses.replace(own_model.quantization, mode="nf4"),
+    )
+    assert not off.quantization.cache  # off by default until a GPU has measured it
+    assert load_base_from(off, torch.device("cpu"), Single()).quantized == "quantized"
+    assert load_base_from(nf4(own_model), torch.device("cpu"), FSDP2()).quantized == "quantized"  # bf16 storage
+    monkeypatch.setenv("RAYFT_CACHE_DIR", "s3://bucket/cache")
+    assert load_base_from(nf4(own_model), torch.device("cpu"), Single()).quantized == "quantized"
+    assert not own_root.exists() or not any(own_root.rglob("entry.json"))
+    assert load_base_from(own_model, torch.device("cpu"), Single()).quantized == ""  # the tiny base is not quantized
+
+
+def test_a_full_disk_costs_the_next_job_its_read_not_this_job_its_run(own_model, own_root, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full)
+    loaded = load_base_from(nf4(own_model), torch.device("cpu"), Single())
+    assert loaded.quantized == "quantized"
+    assert not any(own_root.rglob("entry.json")) and not any(own_root.rglob("data-*"))  # no half entry left
+    assert quantized_cache.lookup(own_model.model.path, {"mode": "nf4"}) is None
+
+
+def test_the_summary_says_how_the_quantized_base_came_to_be_and_keeps_it_through_json():
+    from rayft.progress import _cache_rows
+    from rayft_contract.records import JobSummary
+
+    summary = JobSummary.from_dict(JobSummary(name="x", quantized_base="read quantized from the node's cache").to_dict())
+    assert ("quantized base", "read quantized from the node's cache") in _cache_rows(summary)
+    assert not [row for row in _cache_rows(JobSummary(name="x")) if row[0] == "quantized base"]
