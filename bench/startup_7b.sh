@@ -12,7 +12,7 @@
 # WARM="0 0 1 1": the warm pool per run (RAYFT_WARM_WORKERS, ray_jobs/warm/pool.py), one word per run (RUNS follows
 # it). After a run with the pool on, the script waits until the pool holds a worker whose imports are done (not
 # timed: a team's next run comes minutes later), so the next run with it on takes that worker.
-# EARLY="1 0 1": RAYFT_EARLY_WORKER per run (the job's own worker started at its connect, ray_jobs/warm/pool.py;
+# EARLY="1 0 1": RAYFT_EARLY_WORKER per run (the job's own worker started at its connect, ray_jobs/warm/early.py;
 # "-" leaves it unset, the default: on for one-GPU jobs). FILL="1 1 0": 1 removes the dataset cache before that run,
 # so it fills again while the node keeps its compiled kernels (a new dataset on a node that ran jobs before).
 # NODE="1 1 0": 1 makes that run a new node's first job: Ray stops, the node's caches go (datasets, models, compiled
@@ -67,9 +67,10 @@ for entry in $TREES; do
   start_head
   if [ "${KEEP:-}" = 1 ]; then  # the operator keeps the preset's kernels in RAYFT_KERNELS_URI before any job
     SECONDS=0
-    (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH python3 -m ray_jobs.train.compile_ahead "$PRESET" --set model.path=/tmp/llama-7b \
+    ahead=ray_jobs.train.compile_ahead; [ -f "$tree/ray_jobs/compile_ahead.py" ] && ahead=ray_jobs.compile_ahead  # a tree before 2026-12-04's layout
+    (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH python3 -m "$ahead" "$PRESET" --set model.path=/tmp/llama-7b \
       --set data.path=/tmp/chat.jsonl "${sets[@]}" --keep --address auto 2>&1 | tail -1 | tee -a "$OUT/startup.log")
-    echo "kept ahead (python -m ray_jobs.train.compile_ahead --keep) in ${SECONDS} s" | tee -a "$OUT/startup.log"
+    echo "kept ahead (python -m $ahead --keep) in ${SECONDS} s" | tee -a "$OUT/startup.log"
   fi
   for run in $(seq 1 "$RUNS"); do
     if [ "${node[$((run - 1))]:-0}" = 1 ] && { [ "$run" -gt 1 ] || [ "${KEEP:-}" = 1 ]; }; then  # a new node
