@@ -32,6 +32,7 @@ from ray_jobs import local_ray, storage
 from ray_jobs.background import in_background
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.data import preflight
+from ray_jobs.export import adapter_tokenizer, export
 from ray_jobs.observe.diagnosis import diagnose
 from ray_jobs.observe.profile import JobProfile
 from ray_jobs.observe.tracking import Trackers
@@ -193,7 +194,7 @@ class _Job:
             self.trackers.join_cluster(spec, self.identity.owner)  # Ray's gauges: after connect, or none are exported
         emit(Event("phase", JobPhase("training", prepared.cache.describe(), total_steps).to_dict()))
         # The driver waits while the workers train: the tokenizer the adapter ships with loads meanwhile.
-        tokenizer = in_background(_adapter_tokenizer, model.path, spec)
+        tokenizer = in_background(adapter_tokenizer, model.path, spec)
         with (self.staging / "metrics.jsonl").open("a") as metrics_log:
             self.metrics_log = metrics_log
             profile.fit_start = time.time()
@@ -215,7 +216,7 @@ class _Job:
                 )
             quality = prepared.quality_report()
             quality.check(spec.data.max_bad_row_frac)  # streaming mode learns the final count only now
-            _export(result.checkpoint, spec, tokenizer.result(), self.staging / "adapter")
+            export(result.checkpoint, spec, tokenizer.result(), self.staging / "adapter")
         adapter_uri = self.run_dir.child("adapter").uri
         caches = Caches(dataset=prepared.cache, model=model)
         summary = summarize(spec, self.reports, self.restarts, profile, adapter_uri, caches, quality.summary())
@@ -354,48 +355,3 @@ def _count_steps(spec: FineTuneSpec, prepared: Any) -> int:
             f"the dataset packs into {rows_per_worker} rows per worker, too few for one step; lower micro_batch_size, global_batch_size or num_workers",
         )
     return steps_per_epoch * spec.train.epochs
-
-
-def _adapter_tokenizer(model_dir: str, spec: FineTuneSpec) -> Any:
-    """The tokenizer saved beside the adapter: the driver's copy of the base's (``model_dir``), with the chat
-    template it trained with. Loaded during training: on the 7B preset the driver's export took 10.7 s,
-    transformers' import and this load among it, in front of the user's summary (issue 12)."""
-    from transformers import AutoTokenizer
-
-    from ray_jobs.data.template import ChatEncoder
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.chat_template = ChatEncoder(tokenizer, spec.data.chat_template).template  # the one it trained with
-    return tokenizer
-
-
-def _export(checkpoint: Any, spec: FineTuneSpec, tokenizer: Any, target: Path) -> None:
-    """Copy the final adapter out of the last checkpoint, with ``tokenizer`` (:func:`_adapter_tokenizer`)
-    beside it, naming its base as the spec does.
-
-    PEFT records the directory the base was loaded from: for an ``s3://`` model that is a node's cache
-    directory, for a hub id a snapshot inside one machine's hub cache, neither of which exists where the
-    adapter is used next (another machine, vLLM, a hub upload, ``rayft merge``). The spec's ``model.path``
-    (with its revision) is what names the base everywhere."""
-    exported = [target]
-    with checkpoint.as_directory() as directory:
-        saved = Path(directory)
-        if (saved / "best_adapter").is_dir():  # an earlier step had the best evaluation (ray_jobs.train.best)
-            # output.adapter picks adapter/; the other is kept beside it, named for what it is
-            chosen, kept, kept_as = (
-                ("best_adapter", "adapter", "last_adapter")
-                if spec.output.adapter == "best"
-                else ("adapter", "best_adapter", "best_adapter")
-            )
-            shutil.copytree(saved / chosen, target, dirs_exist_ok=True)
-            shutil.copytree(saved / kept, target.parent / kept_as, dirs_exist_ok=True)
-            exported.append(target.parent / kept_as)
-        else:
-            shutil.copytree(saved / "adapter", target, dirs_exist_ok=True)
-    for adapter in exported:
-        config_file = adapter / "adapter_config.json"
-        config = json.loads(config_file.read_text())
-        config["base_model_name_or_path"] = spec.model.path
-        config["revision"] = spec.model.revision
-        config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
-        tokenizer.save_pretrained(adapter)

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ray_jobs import node_gpus
+from ray_jobs.train import kernel_store
 from rayft_contract.spec import FineTuneSpec
 
 if TYPE_CHECKING:
@@ -246,7 +248,6 @@ def kernels_at(spec: FineTuneSpec) -> str:
     """The probe's task, on the GPU node: where ``spec``'s kernels are. ``node``: it ran the copy, or took the kernels
     from the store, for this key (:func:`_marker`); ``store``: the cluster's kernel store has them for this node's GPU
     model (:mod:`ray_jobs.train.kernel_store`); empty: nowhere, the copy compiles them."""
-    from ray_jobs.train import kernel_store
 
     key = _key_on_node(spec)
     marker = _marker(key)
@@ -269,9 +270,6 @@ def _ahead_on_node(spec: FineTuneSpec, device: str | None = None) -> str:
     words, for the job's log."""
     import torch
 
-    from ray_jobs import node_gpus
-    from ray_jobs.train import kernel_store
-
     key = _key_on_node(spec)
     marker = _marker(key)
     if marker is not None and marker.exists():
@@ -290,8 +288,6 @@ def _compile_and_keep(spec: FineTuneSpec, key: str, marker: Path | None, on: tor
     """The copy's first step on ``on``, marked on this node, and what it compiled kept in the kernel store: torch's
     Mega-Cache, and the Triton entries the step added (those already in the node's Triton cache stay out)."""
     import torch
-
-    from ray_jobs.train import kernel_store
 
     triton_before = kernel_store.triton_entries()  # _marker (or keep) set the caches
     report = first_steps(spec, on)
@@ -328,8 +324,6 @@ def _keep_on_node(spec: FineTuneSpec, device: str | None = None) -> str:
 
     import torch
 
-    from ray_jobs import node_gpus
-    from ray_jobs.train import kernel_store
     from ray_jobs.train.model import COMPILE_CACHE_ENV, TRITON_CACHE_ENV
 
     key = _key_on_node(spec)
