@@ -14,12 +14,10 @@ import hashlib
 import logging
 import os
 import secrets
-import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 
@@ -95,17 +93,30 @@ def claim(address: str, job_id: str, ticket: str, tls: TlsConfig, wait_s: float 
 class Spool:
     """The job's unsent events, in order, in a file on the driver's disk: the training side appends, the
     sender reads at its own pace. However long the service is away, memory stays flat and nothing is
-    dropped; the file goes once everything in it is acknowledged. Hand-written: the standard library's
-    queues hold everything in memory, and a queue library with a disk backend would be a dependency for
-    forty lines."""
+    dropped. Hand-written: the standard library's queues hold everything in memory, and a queue library with
+    a disk backend would be a dependency for forty lines.
+
+    The file has no name: it is opened twice (an append side and a read side) and its name removed at once,
+    so it goes with the driver however the driver ends. A cancelled job's driver is killed or exits at once
+    (``Reporter._on_job_ended``), and before this each such end left a ``rayft-spool-*`` folder in the
+    node's temp dir (ten in one day of this project's test runs). No other process can open it by name.
+    """
 
     def __init__(self, job_id: str):
-        self.dir = Path(tempfile.mkdtemp(prefix=f"rayft-spool-{job_id}-"))  # 0700: the job's events are the team's
-        self.path = self.dir / "events.b64"
-        self._append = self.path.open("ab")
+        fd, name = tempfile.mkstemp(prefix=f"rayft-spool-{job_id}-", suffix=".b64")  # 0600: the team's events
+        try:
+            self._append = os.fdopen(fd, "ab")
+            self._read = open(name, "rb")  # noqa: SIM115 - held for the spool's life, closed in remove()
+        finally:
+            os.unlink(name)
         self._written = 0
         self._closed = False
         self._changed = threading.Condition()
+
+    @property
+    def size(self) -> int:
+        """Bytes on disk (what is spooled stays there until the driver ends)."""
+        return os.fstat(self._append.fileno()).st_size
 
     def put(self, message: bytes) -> None:
         with self._changed:
@@ -121,20 +132,21 @@ class Spool:
             self._changed.notify_all()
 
     def __iter__(self) -> Iterator[bytes]:
+        """Every event once, in order, to one reader (the sender thread)."""
         read = 0
-        with self.path.open("rb") as source:
-            while True:
-                with self._changed:
-                    self._changed.wait_for(lambda read=read: self._written > read or self._closed)
-                    if self._written == read:
-                        return
-                line = source.readline()
-                read += 1
-                yield base64.b64decode(line)
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda read=read: self._written > read or self._closed)
+                if self._written == read:
+                    return
+            line = self._read.readline()
+            read += 1
+            yield base64.b64decode(line)
 
     def remove(self) -> None:
+        """Free the disk now, not at the driver's end."""
         self._append.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._read.close()
 
 
 class Reporter:

@@ -100,29 +100,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings.data_dir.chmod(0o700)  # tokens' hashes, every team's specs, the launch key, Ray's token
     store = SqliteJobStore(settings.data_dir / "jobs.db")  # and a damaged or read-only store: one line, exit 1
     embedded = settings.ray_address is None
-    if embedded:  # the service itself never imports Ray's runtime: the embedded cluster is started here
-        settings = dataclasses.replace(settings, ray_address=start_embedded_ray(settings.data_dir / "ray_auth_token"))
-    try:
+    if not embedded:
         asyncio.run(serve(settings, store, policy))
-    finally:
-        if embedded:
-            import ray
+        return 0
+    # The service itself never imports Ray's runtime: the embedded cluster is started here, and stopped with
+    # its temp dir when the service stops; when the service fails, Ray's logs stay there, and the log says where.
+    from ray_jobs.local_ray import stop_local_cluster
 
-            ray.shutdown()
+    jobs_api, temp_dir = start_embedded_ray(settings.data_dir / "ray_auth_token")
+    failed = True
+    try:
+        asyncio.run(serve(dataclasses.replace(settings, ray_address=jobs_api), store, policy))
+        failed = False
+    finally:
+        stop_local_cluster(temp_dir, keep_logs=failed)
     return 0
 
 
-def start_embedded_ray(auth_token_file: Path) -> str:
+def start_embedded_ray(auth_token_file: Path) -> tuple[str, str]:
     """A local Ray cluster owned by this process, for the embedded default, with Ray's token auth on (the
-    token in ``auth_token_file``, beside jobs.db); returns its Jobs API address."""
+    token in ``auth_token_file``, beside jobs.db); returns its Jobs API address and its temp dir."""
     import os
 
     from ray_jobs.local_ray import start_local_cluster
 
     info = start_local_cluster(num_cpus=(os.cpu_count() or 2) + 2, dashboard=True, auth_token_file=auth_token_file)
     log = logging.getLogger("rayft.serve")
-    log.info("embedded Ray cluster at http://%s (token auth on; token in %s)", info["dashboard_url"], auth_token_file)
-    return f"http://{info['dashboard_url']}"
+    log.info(
+        "embedded Ray cluster at http://%s (token auth on; token in %s; its files in %s)",
+        info["dashboard_url"],
+        auth_token_file,
+        info["temp_dir"],
+    )
+    return f"http://{info['dashboard_url']}", info["temp_dir"]
 
 
 def cmd_token(args: argparse.Namespace) -> int:

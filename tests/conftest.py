@@ -180,13 +180,14 @@ def s3_requests(s3_server):
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(s3_server):
+def ray_cluster(request, s3_server):
     """One local Ray cluster for the whole session, bound to loopback, over-subscribed to 4 CPUs
     so two CPU training workers leave room for Ray Data (on 2 cores it would otherwise deadlock).
-    Started after the S3 server so its workers inherit the S3 endpoint and credentials."""
+    Started after the S3 server so its workers inherit the S3 endpoint and credentials. Its temp dir goes
+    with it, unless a test failed: then Ray's logs stay, and the warnings summary says where."""
     import ray
 
-    from ray_jobs.local_ray import start_local_cluster
+    from ray_jobs.local_ray import start_local_cluster, stop_local_cluster
 
     try:
         info = start_local_cluster(num_cpus=4, dashboard=True)  # the dashboard serves the Jobs API
@@ -199,4 +200,7 @@ def ray_cluster(s3_server):
         warnings.warn(f"the session's Ray cluster failed to start, started again: {failed}", stacklevel=1)
         info = start_local_cluster(num_cpus=4, dashboard=True)
     yield types.SimpleNamespace(jobs_api=f"http://{info['dashboard_url']}", gcs=info["gcs_address"])
-    ray.shutdown()
+    failed = request.session.testsfailed > 0
+    if failed:
+        warnings.warn(f"tests failed: the session's Ray logs are kept in {info['temp_dir']}", stacklevel=1)
+    stop_local_cluster(info["temp_dir"], keep_logs=failed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,10 +22,10 @@ client = JobSubmissionClient(f"http://{info['dashboard_url']}")
 job = client.submit_job(entrypoint=sys.executable + " -c 'import ray; ray.init(); print(ray.get_runtime_context().gcs_address)'")
 while not client.get_job_status(job).is_terminal():
     time.sleep(0.5)
-print(client.get_job_status(job), client.get_job_logs(job).strip().splitlines()[-1] == info["gcs_address"])
+print(client.get_job_status(job), client.get_job_logs(job).strip().splitlines()[-1] == info["gcs_address"], info["temp_dir"])
 """
 """The job's driver says which cluster it joined: this one (before ``_publish_address`` it was any GCS on
-the machine, so about half the time the session's)."""
+the machine, so about half the time the session's). The process then exits without stopping its cluster."""
 
 
 def run_to_end(client, entrypoint: str) -> str:
@@ -35,11 +36,14 @@ def run_to_end(client, entrypoint: str) -> str:
 
 
 def test_a_second_local_cluster_beside_the_sessions_runs_jobs_and_so_does_the_first(ray_cluster):
+    """And the second one's files in /tmp go when the process that started it exits (as ``rayft train``'s)."""
     from ray.job_submission import JobSubmissionClient
 
     second = subprocess.run([sys.executable, "-c", SECOND_CLUSTER], capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert second.stdout.split() == ["SUCCEEDED", "True"], second.stdout  # its driver joined its own cluster
+    status, joined_its_own, temp_dir = second.stdout.split()
+    assert (status, joined_its_own) == ("SUCCEEDED", "True"), second.stdout  # its driver joined its own cluster
+    assert temp_dir.startswith("/tmp/ray-") and not Path(temp_dir).exists()
     assert run_to_end(JobSubmissionClient(ray_cluster.jobs_api), "python -c 'print(1)'").endswith("SUCCEEDED")
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import grpc
 import pytest
@@ -112,11 +113,14 @@ def test_a_forged_report_far_ahead_is_refused_and_the_jobs_reports_still_land(pa
 
 def test_the_embedded_ray_cluster_runs_jobs_with_token_auth_and_refuses_callers_without_it(tmp_path, tokens, tiny_spec, policy):
     """`rayft serve` without --ray-address starts its own Ray cluster with Ray's token auth on: its Jobs
-    API refuses a caller without the token (anyone else on the machine), while the service's jobs run."""
+    API refuses a caller without the token (anyone else on the machine), while the service's jobs run. The
+    cluster stops with the service, and its files in /tmp go with it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     srv = Server(tmp_path / "service", "", policy).start()  # no Ray address: the embedded cluster (auth forced on)
     try:
-        ray_url = srv.log.read_text().split("embedded Ray cluster at ", 1)[1].split()[0]
+        started = srv.log.read_text().split("embedded Ray cluster at ", 1)[1]
+        ray_url, ray_files = started.split()[0], Path(started.split("its files in ", 1)[1].split(")")[0])
+        assert ray_files.is_dir()
         token_file = tmp_path / "service" / "ray_auth_token"
         assert oct(token_file.stat().st_mode & 0o777) == "0o600"
         outsider = subprocess.run(
@@ -143,6 +147,8 @@ def test_the_embedded_ray_cluster_runs_jobs_with_token_auth_and_refuses_callers_
             timeout=120,
         )
         assert job.id in listed.stdout, listed.stderr[-2000:]
+        srv.stop()
+        assert srv.proc.returncode == 0 and not ray_files.exists(), srv.log.read_text()[-3000:]
     finally:
         srv.stop()
 
