@@ -3,7 +3,8 @@
 Reads what the service put in the job's environment (``RAYFT_JOB_ID``, ``RAYFT_REPORT_ADDRESS``,
 ``RAYFT_LAUNCH_TICKET``), claims its spec from the service with the ticket (binding a report token
 made here: ``ray_jobs.report.claim``), runs the job on the cluster it runs in, and reports every event
-back. A failure is reported with its reason before the job exits non-zero, so the service can say why.
+back. A failure is reported with its reason before the job exits non-zero, so the service can say why; its
+traceback is in the job's log, which the team reads through the service (``GetJobLogs``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ def main() -> int:
         logging.info("adapter: %s", result.adapter_dir)
         return 0
     except Exception as exc:
+        logging.exception("job failed")  # the traceback, in the job's log (GetJobLogs) before its team hears of it
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:1000]
         reporter(Event("failure", Failure({"job": reason}).to_dict()))
-        logging.exception("job failed")
         return 1
     finally:
         reporter.close()

@@ -5,6 +5,7 @@
     rayft token list [--team NAME] | rayft token revoke ID
     rayft submit SPEC.yaml [--watch] [--idempotency-key K]
     rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] | rayft cancel JOB
+    rayft logs JOB [--tail N]                                            # the last lines of the job's log
 
 Clients read ``RAYFT_ADDRESS`` (default 127.0.0.1:50051) and ``RAYFT_TOKEN``.
 """
@@ -63,6 +64,11 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
         p = sub.add_parser(name, help=text)
         p.add_argument("job_id")
         p.set_defaults(command=fn)
+
+    p = sub.add_parser("logs", help="the last lines of a job's log (a failure's traceback)")
+    p.add_argument("job_id")
+    p.add_argument("-n", "--tail", type=int, default=0, help="this many lines (default 200, at most 10000)")
+    p.set_defaults(command=cmd_logs)
 
     p = sub.add_parser("list", help="list the team's jobs")
     p.add_argument(
@@ -226,6 +232,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    logs = _rpc(lambda: _client().logs(args.job_id, args.tail))
+    if logs.lines_before:
+        print(f"({logs.lines_before:,} earlier lines not shown; --tail N shows more)", file=sys.stderr)
+    for line in logs.lines:
+        print(line)
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -269,6 +284,8 @@ def watch(job_id: str, after_seq: int) -> int:
     if summary:
         view.print_summary(summary)
     print(f"{job_id} {state}" + (f": {client.get(job_id).message}" if state != "SUCCEEDED" else ""))
+    if state == "FAILED":
+        print(f"its log: rayft logs {job_id}", file=sys.stderr)
     return 0 if state == "SUCCEEDED" else 1
 
 

@@ -81,6 +81,11 @@ class Client:
     def cancel(self, job_id: str) -> pb.Job:
         return self._stub.CancelJob(pb.CancelJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
 
+    def logs(self, job_id: str, tail_lines: int = 0) -> pb.JobLogs:
+        """The last ``tail_lines`` lines of the job's log (0: the service's default, 200), and how many came before."""
+        request = pb.GetJobLogsRequest(job_id=job_id, tail_lines=tail_lines)
+        return self._stub.GetJobLogs(request, metadata=self._metadata, timeout=60)
+
     @property
     def watch_address(self) -> str:
         """Where this client's WatchJob streams go: the API's address, or the watch process's once the

@@ -12,7 +12,7 @@ import asyncio
 import gc
 import logging
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,10 +26,14 @@ from service.metrics import ServiceMetrics
 from service.policy import PathPolicy
 from service.progress import JobEvents
 from service.reconciler import Reconciler
-from service.server import KEEPALIVE, MAX_MESSAGE_BYTES, FineTuningServicer, JobReportingServicer, bind, server_credentials
+from service.reporting import JobReportingServicer
+from service.server import KEEPALIVE, MAX_MESSAGE_BYTES, FineTuningServicer, bind, server_credentials
 from service.settings import ServiceSettings
 from service.store import AsyncJobStore, JobStore
 from service.watch import WatchProcess
+
+if TYPE_CHECKING:
+    from service.launcher import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +72,9 @@ class Service:
         await asyncio.wait_for(self.task, timeout=grace)
 
 
-async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPolicy) -> Service:
+async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPolicy, launcher: Launcher | None = None) -> Service:
+    """``launcher``: how jobs reach Ray; default the Ray Jobs API at ``settings.ray_address``. A test gives one that
+    injects a fault into the real one (a slow Ray dashboard, say)."""
     from service.launcher import RayJobLauncher
 
     if not settings.ray_address:
@@ -112,7 +118,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         job_env["RAYFT_REPORT_TLS"] = "1"
         if settings.report_tls_ca is not None:
             job_env["RAYFT_REPORT_CA"] = settings.report_tls_ca.read_text()
-    launcher = RayJobLauncher(ray_address, settings.job_python, job_env)
+    launcher = launcher or RayJobLauncher(ray_address, settings.job_python, job_env)
     launch_key = auth.service_key(settings.data_dir)
     reconciler = Reconciler(
         events,

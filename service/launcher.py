@@ -13,10 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from rayft_contract.spec import FineTuneSpec
 from service.store import JobRecord
+
+T = TypeVar("T")
 
 
 class RayUnavailable(ConnectionError):
@@ -91,6 +94,9 @@ class Launcher(Protocol):
 
     def stop(self, submission_id: str) -> None: ...
 
+    def logs(self, submission_id: str) -> str | None:
+        """The job's driver log as Ray holds it, or ``None`` when Ray has no such job; raises ``RayUnavailable``."""
+
     def ping(self) -> None:
         """Raise ``RayUnavailable`` unless the Jobs API answers."""
 
@@ -148,9 +154,10 @@ class RayJobLauncher:
             self._client = None
             raise RayUnavailable(str(exc)) from exc
 
-    def status(self, submission_id: str) -> tuple[str, str] | None:
+    def _of_job(self, ask: Callable[[Any], T]) -> T | None:
+        """``ask(client)`` of one job on the Jobs API; ``None`` when Ray has no such job (its HTTP 404)."""
         try:
-            info = self._jobs().get_job_info(submission_id)
+            return ask(self._jobs())
         except RuntimeError as exc:
             if "does not exist" in str(exc) or "404" in str(exc):
                 return None
@@ -158,6 +165,11 @@ class RayJobLauncher:
         except ConnectionError as exc:
             self._client = None
             raise RayUnavailable(str(exc)) from exc
+
+    def status(self, submission_id: str) -> tuple[str, str] | None:
+        info = self._of_job(lambda jobs: jobs.get_job_info(submission_id))
+        if info is None:
+            return None
         return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or ""
 
     def stop(self, submission_id: str) -> None:
@@ -165,6 +177,9 @@ class RayJobLauncher:
             self._jobs().stop_job(submission_id)
         except (RuntimeError, ConnectionError) as exc:
             raise RayUnavailable(str(exc)) from exc
+
+    def logs(self, submission_id: str) -> str | None:
+        return self._of_job(lambda jobs: jobs.get_job_logs(submission_id))
 
     def ping(self) -> None:
         try:

@@ -1,4 +1,4 @@
-"""The gRPC front end: ``rayft.v1.FineTuning`` for teams, ``rayft.v1.JobReporting`` for running jobs.
+"""The gRPC front end for teams: ``rayft.v1.FineTuning`` (running jobs report on ``service/reporting.py``).
 
 Thin servicers: authenticate, validate (``INVALID_ARGUMENT`` naming the field), then the store, the
 event stream and the reconciler do the work. ``service/app.py`` wires them into running servers.
@@ -18,19 +18,19 @@ import grpc
 
 from rayft_contract import convert
 from rayft_contract.channel import WATCH_ADDRESS_KEY
-from rayft_contract.events import REPORTABLE, Event
+from rayft_contract.events import Event
 from rayft_contract.records import JobPhase
 from rayft_contract.spec import MAX_SPEC_BYTES, SpecError
 from rayft_contract.states import JobState, TransitionError
 from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
-from service import auth
+from service import auth, job_logs
 from service.metrics import ServiceMetrics
 from service.policy import PathPolicy, PolicyDenied
 from service.progress import JobEvents
 from service.reconciler import Reconciler
 from service.settings import ServiceSettings
-from service.store import AsyncJobStore, EventRecord, JobRecord, ReportOutOfOrder
+from service.store import AsyncJobStore, EventRecord, JobRecord
 
 log = logging.getLogger(__name__)
 DEFAULT_TEAM = "default"
@@ -169,6 +169,8 @@ class FineTuningServicer(TeamServicer):
         self._specs: OrderedDict[str, pb.FineTuneSpec] = OrderedDict()
         """Recent jobs' specs as messages, by job id, up to SPEC_CACHE_BYTES in all."""
         self._spec_bytes = 0
+        self.log_reads: Counter[str] = Counter()
+        """GetJobLogs calls in flight by team."""
 
     def _job_proto(self, job: JobRecord) -> pb.Job:
         """The whole job as the API shows it, its spec message built once per job (a job's spec never
@@ -280,6 +282,42 @@ class FineTuningServicer(TeamServicer):
             log.info("Ray job %s not stopped now: %s", job.id, exc)
         return self._job_proto(job)
 
+    async def GetJobLogs(self, request: pb.GetJobLogsRequest, context: grpc.aio.ServicerContext) -> pb.JobLogs:
+        team = await self._team(context)
+        if not 0 <= request.tail_lines <= job_logs.MAX_LINES:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"tail_lines: between 1 and {job_logs.MAX_LINES:,} (0: {job_logs.DEFAULT_LINES})",
+            )
+        if self.log_reads[team] >= self.settings.max_log_reads_per_team:  # before the store: a refusal costs no read
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"team {team!r} has {self.log_reads[team]} log reads in flight, its limit: wait for one to end",
+            )
+        self.log_reads[team] += 1  # taken before the next await, so that two calls at once cannot both pass
+        try:
+            job = await self._job(request.job_id, team, context)
+            if not job.ray_submission_id:
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"job {job.id} is {job.state.value} and has not started on Ray: it has no log (yet)",
+                )
+            try:
+                text = await asyncio.to_thread(self.reconciler.launcher.logs, job.ray_submission_id)
+            except ConnectionError:
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, f"Ray is unreachable: the log of job {job.id} cannot be read now; try again"
+                )
+        finally:
+            self.log_reads[team] -= 1
+        if text is None:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"job_id: Ray no longer holds the log of job {job.id} (the cluster it ran on was replaced); its events remain",
+            )
+        lines, before = job_logs.tail(text, request.tail_lines or job_logs.DEFAULT_LINES)
+        return pb.JobLogs(job_id=job.id, lines=lines, lines_before=before)
+
     async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
         if self.watch_address:  # before the token is read: sending a caller on costs this process nothing
             await context.abort(
@@ -315,49 +353,8 @@ class WatchServicer(TeamServicer):
     async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         await self._elsewhere(context)
 
-
-class JobReportingServicer(pb_grpc.JobReportingServicer):
-    """The narrow path from a running job back into its event log, authenticated per job."""
-
-    def __init__(self, store: AsyncJobStore, events: JobEvents, launch_key: bytes, metrics: ServiceMetrics):
-        self.store, self.events, self.launch_key, self.metrics = store, events, launch_key, metrics
-
-    async def ClaimJob(self, request: pb.ClaimJobRequest, context: grpc.aio.ServicerContext) -> pb.ClaimJobResponse:
-        job = await self.store.get(request.job_id) if request.job_id else None
-        if job is None or not auth.ticket_matches(self.launch_key, job.id, auth.bearer(context.invocation_metadata())):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "this launch ticket is not this job's")
-        if job.state.is_terminal:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {job.id} already ended ({job.state.value})")
-        token_hash = request.report_token_sha256.lower()
-        if len(token_hash) != 64 or any(c not in "0123456789abcdef" for c in token_hash):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "report_token_sha256: must be 64 hex digits")
-        if not await self.store.bind_report_token(job.id, token_hash):
-            log.warning("job %s was claimed again with another report token: refused", job.id)
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"job {job.id} was already claimed by its driver")
-        return pb.ClaimJobResponse(spec=convert.spec_to_proto(job.spec), team=job.team)
-
-    async def Report(self, request: pb.ReportRequest, context: grpc.aio.ServicerContext) -> pb.ReportResponse:
-        token = auth.bearer(context.invocation_metadata())
-        job = await self.store.get(request.job_id)
-        if job is None or not token or not job.report_token_hash or auth.hash_token(token) != job.report_token_hash:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "this token may not report for this job")
-        if job.state.is_terminal:  # e.g. cancelled while Ray's stop missed the driver: tell it to exit
-            return pb.ReportResponse(stored=False, job_ended=True)
-        try:
-            event = convert.event_from_proto(request.event)
-        except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"event: {exc}")
-        if event.kind not in REPORTABLE:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"event: a job cannot report {event.kind!r} events")
-        if job.state is JobState.STARTING:
-            await self.events.transition(job.id, JobState.RUNNING, "the job is reporting")
-        try:
-            stored = await self.events.append_report(job.id, request.report_seq, event.kind, event.data)
-        except ReportOutOfOrder as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if stored is not None:
-            self.metrics.report_lag.observe(max(time.time() - event.time, 0.0))
-        return pb.ReportResponse(stored=stored is not None)
+    async def GetJobLogs(self, request: pb.GetJobLogsRequest, context: grpc.aio.ServicerContext) -> pb.JobLogs:
+        await self._elsewhere(context)
 
 
 def job_to_proto(job: JobRecord, full: bool = True, spec: pb.FineTuneSpec | None = None) -> pb.Job:

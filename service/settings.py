@@ -39,6 +39,9 @@ class ServiceSettings:
     32 streams 1.8-5x (bench/tenant_bench.py, 2 cores)."""
     max_streams: int = 1000
     """Open WatchJob streams in all (``RAYFT_MAX_STREAMS``): 1,500 idle watchers made other calls 15x slower."""
+    max_log_reads_per_team: int = 2
+    """GetJobLogs calls of one team in flight at once (``RAYFT_MAX_LOG_READS_PER_TEAM``). Each reads the job's whole
+    log from Ray's dashboard on one of the API process's threads, which every team's cancels also use."""
     watch_process: bool = True
     """Serve ``WatchJob`` from a process of its own (``RAYFT_WATCH_PROCESS=0``: in the API's process), so that
     one team's streams never hold up another team's calls (``service/watch.py`` says why, with numbers).
@@ -152,6 +155,7 @@ class ServiceSettings:
             "max_running_jobs_per_team": int(env.get("RAYFT_MAX_RUNNING_JOBS", cls.max_running_jobs_per_team)),
             "max_streams_per_team": int(env.get("RAYFT_MAX_STREAMS_PER_TEAM", cls.max_streams_per_team)),
             "max_streams": int(env.get("RAYFT_MAX_STREAMS", cls.max_streams)),
+            "max_log_reads_per_team": int(env.get("RAYFT_MAX_LOG_READS_PER_TEAM", cls.max_log_reads_per_team)),
             "report_address": env.get("RAYFT_REPORT_ADDRESS", ""),
             "watch_process": _flag(env, "RAYFT_WATCH_PROCESS", True),
             "watch_port": int(env["RAYFT_WATCH_PORT"]) if env.get("RAYFT_WATCH_PORT") else None,

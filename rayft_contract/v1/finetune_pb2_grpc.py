@@ -59,6 +59,11 @@ class FineTuningStub:
                 request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.GetJobLogs = channel.unary_unary(
+                '/rayft.v1.FineTuning/GetJobLogs',
+                request_serializer=rayft__contract_dot_v1_dot_finetune__pb2.GetJobLogsRequest.SerializeToString,
+                response_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.JobLogs.FromString,
+                _registered_method=True)
 
 
 class FineTuningServicer:
@@ -108,6 +113,17 @@ class FineTuningServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobLogs(self, request, context):
+        """The last lines of a job's log (unary): what the job's driver wrote on the Ray cluster, its phases and,
+        for a failed job, the traceback its failure event gives the first line of. Read from Ray while the
+        cluster holds the job. Errors: NOT_FOUND (no such job; or Ray no longer holds its log),
+        FAILED_PRECONDITION (the job has not started: no log yet), INVALID_ARGUMENT (tail_lines),
+        RESOURCE_EXHAUSTED (the team's log reads in flight), UNAVAILABLE (Ray unreachable), UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FineTuningServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -135,6 +151,11 @@ def add_FineTuningServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.WatchJobRequest.FromString,
                     response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.JobEvent.SerializeToString,
+            ),
+            'GetJobLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobLogs,
+                    request_deserializer=rayft__contract_dot_v1_dot_finetune__pb2.GetJobLogsRequest.FromString,
+                    response_serializer=rayft__contract_dot_v1_dot_finetune__pb2.JobLogs.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -272,6 +293,33 @@ class FineTuning:
             '/rayft.v1.FineTuning/WatchJob',
             rayft__contract_dot_v1_dot_finetune__pb2.WatchJobRequest.SerializeToString,
             rayft__contract_dot_v1_dot_finetune__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rayft.v1.FineTuning/GetJobLogs',
+            rayft__contract_dot_v1_dot_finetune__pb2.GetJobLogsRequest.SerializeToString,
+            rayft__contract_dot_v1_dot_finetune__pb2.JobLogs.FromString,
             options,
             channel_credentials,
             insecure,

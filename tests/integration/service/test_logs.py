@@ -1,0 +1,160 @@
+"""A team reads its own jobs' logs through the service (``GetJobLogs``, ``rayft logs``), and nobody else's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+
+from rayft.client import Client
+from rayft_contract.states import JobState
+from service.launcher import RayJobLauncher
+from service.store import JobRecord
+from service.store_sqlite import SqliteJobStore
+from tests.integration.service.harness import states, tiny_job
+
+pytestmark = pytest.mark.integration
+
+
+def rpc_error(call) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value
+
+
+def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny_spec, tmp_path, ray_cluster):
+    from ray.job_submission import JobSubmissionClient
+
+    a, b = Client(server.address, tokens["team-a"]), Client(server.address, tokens["team-b"])
+    bad = tiny_job(tiny_spec, "svc-logs")
+    bad = bad.replace(data=dataclasses.replace(bad.data, path=str(tmp_path / "data" / "missing.jsonl")))
+    job = a.submit(bad)
+    assert states(a.watch(job.id))[-1] == "FAILED"
+
+    logs = a.logs(job.id)
+    text = "\n".join(logs.lines)
+    assert logs.job_id == job.id and logs.lines_before == 0  # a short log: all of it
+    assert "job failed" in text and "Traceback (most recent call last)" in text and "missing.jsonl" in text
+    ticket = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env["env_vars"]["RAYFT_LAUNCH_TICKET"]
+    assert ticket not in text
+
+    last = a.logs(job.id, tail_lines=3)
+    assert list(last.lines) == list(logs.lines[-3:]) and last.lines_before == len(logs.lines) - 3
+
+    assert rpc_error(lambda: b.logs(job.id)).code() == grpc.StatusCode.NOT_FOUND  # another team's job does not exist
+    for tail in (-1, 10_001):
+        error = rpc_error(lambda tail=tail: a.logs(job.id, tail_lines=tail))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and error.details().startswith("tail_lines:")
+
+    env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": tokens["team-a"]}
+    cli = subprocess.run(
+        [sys.executable, "-m", "rayft", "logs", job.id, "--tail", "2"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.splitlines() == list(logs.lines[-2:])
+    assert f"{len(logs.lines) - 2:,} earlier lines not shown" in cli.stderr
+
+
+def test_a_job_not_yet_on_ray_has_no_log_and_says_so(paused_server, tokens, tiny_spec):
+    client = Client(paused_server.address, tokens["team-a"])
+    job = client.submit(tiny_job(tiny_spec, "svc-queued"))
+    error = rpc_error(lambda: client.logs(job.id))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"job {job.id} is QUEUED and has not started on Ray" in error.details()
+
+
+class SlowLogs(RayJobLauncher):
+    """The real launcher behind a Ray dashboard that is slow to give logs: each read waits for ``release``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.release = threading.Event()
+        self.waiting = 0
+        self._changed = threading.Condition()
+
+    def logs(self, submission_id):
+        with self._changed:
+            self.waiting += 1
+            self._changed.notify_all()
+        self.release.wait(timeout=120)
+        return super().logs(submission_id)
+
+    def wait_for_readers(self, n: int) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.waiting >= n, timeout=60), self.waiting
+
+
+@contextlib.contextmanager
+def service_in_this_process(settings, store, policy, launcher):
+    """The service's servers on an event loop of their own in a thread of this process, with ``launcher``."""
+    from service.app import start
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    service = asyncio.run_coroutine_threadsafe(start(settings, store, policy, launcher), loop).result(60)
+    try:
+        yield service
+    finally:
+        asyncio.run_coroutine_threadsafe(service.stop(5), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_a_team_reads_two_logs_at_once_and_a_slow_ray_never_holds_up_another_teams_reads(ray_cluster, tmp_path, tokens, policy):
+    """Each read takes a thread of the service while Ray sends the log: a team's third read at once is refused,
+    and another team's read goes on."""
+    from ray.job_submission import JobSubmissionClient
+
+    from service.policy import load_for
+    from service.settings import ServiceSettings
+
+    ray_jobs = JobSubmissionClient(ray_cluster.jobs_api)
+    ray_job = ray_jobs.submit_job(entrypoint="echo one line from the job")
+    while not ray_jobs.get_job_status(ray_job).is_terminal():
+        time.sleep(0.2)
+    store = SqliteJobStore(tmp_path / "service" / "jobs.db")
+    for team in ("team-a", "team-b"):  # a job of each team, launched as this Ray job
+        now = time.time()
+        job, _ = store.create(JobRecord(f"ft-{team}", team, JobState.QUEUED, {"name": "logs"}, now, now))
+        store.transition(job.id, JobState.STARTING)
+        store.update(job.id, ray_submission_id=ray_job)
+    settings = ServiceSettings(
+        port=0,
+        data_dir=tmp_path / "service",
+        ray_address=ray_cluster.jobs_api,
+        policy_file=policy,
+        watch_process=False,
+        launch_paused=True,
+        max_log_reads_per_team=2,
+    )
+    launcher = SlowLogs(ray_cluster.jobs_api, sys.executable)
+    with service_in_this_process(settings, store, load_for(settings), launcher) as service:
+        a, b = (Client(f"127.0.0.1:{service.port}", tokens[team]) for team in ("team-a", "team-b"))
+        reads = [threading.Thread(target=lambda: results.append(a.logs("ft-team-a"))) for _ in range(2)]
+        results: list = []
+        for read in reads:
+            read.start()
+        launcher.wait_for_readers(2)
+        refused = rpc_error(lambda: a.logs("ft-team-a"))
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert refused.details() == "team 'team-a' has 2 log reads in flight, its limit: wait for one to end"
+        reads.append(threading.Thread(target=lambda: results.append(b.logs("ft-team-b"))))
+        reads[-1].start()
+        launcher.wait_for_readers(3)  # team-b's read reached Ray while team-a's two wait
+        launcher.release.set()
+        for read in reads:
+            read.join(timeout=60)
+        assert sorted(r.job_id for r in results) == ["ft-team-a", "ft-team-a", "ft-team-b"]
+        assert all("one line from the job" in r.lines for r in results), results  # among Ray's own lines
+        assert "one line from the job" in a.logs("ft-team-a").lines  # the team's reads are free again
+    store.close()
