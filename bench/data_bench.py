@@ -5,20 +5,20 @@
     python3 bench/data_bench.py --skip-start --real-tokenizer --workers 1,2,4,8,14 \
         --rows 1000000 --small-rows 200000     # the issue's table: 1M rows, a 32k BPE (bench/data_device.sh)
 
-1. Tokenization + packing throughput (rows/s, tokens/s) of one dataset fill (``dataset_cache.prepare``
+1. Tokenization + packing throughput (rows/s, tokens/s) of one dataset fill (``ray_jobs.data.cache.prepare``
    on an empty cache) as Ray Data's tokenizer actors grow, against the anti-pattern it replaces:
    the same work on one thread in the driver. Data: ``bench/make_chat_data.py`` rows (realistic
    lengths), the tiny tokenizer (a fast Rust BPE, like production tokenizers).
 2. Cold versus warm start of the same job, data (gzipped JSONL) and model both in S3 (a local moto
    server): time to the first step, bytes downloaded and rows tokenized, read from each job's summary.
    (``--skip-start`` skips this part.)
+3. After each fill, one shuffled epoch read back through ``ray_jobs.data.order`` as a trainer reads it
+   (``epoch_read_s``, ``packed_rows``): the cost of the per-epoch order.
 
 ``--real-tokenizer``: the rows use ``make_chat_data.py --lexicon zipf`` and a 32k-vocabulary BPE trained on
 them (``bench/real_tokenizer.py``) replaces the tiny one, and the table gets the per-core limit beside it:
 a bare ``tokenizers`` ``encode_batch`` loop over the same templated rows, pinned to one core.
 ``--small-rows``: fewer rows for the fills with at most 4 actors (their rate is steady long before 1M).
-3. After each fill, one shuffled epoch read back through ``ray_jobs.data.order`` as a trainer reads it
-   (``epoch_read_s``, ``packed_rows``): the cost of the per-epoch order.
 
 Writes ``bench/out/data_bench.json`` and ``bench/out/data_bench.png``.
 """
@@ -365,13 +365,8 @@ def plot(results: dict) -> None:
         )
         par = [(1, results["bare"]["tokens_per_s"])] + [(b["procs"], b["tokens_per_s"]) for b in results.get("bare_parallel", [])]
         if len(par) > 1:
-            axes[0].plot(
-                [n for n, _ in par],
-                [v / 1e3 for _, v in par],
-                "s--",
-                color="#a60",
-                label="bare encode_batch, N processes at once",
-            )
+            label = "bare encode_batch, N processes at once"
+            axes[0].plot([n for n, _ in par], [v / 1e3 for _, v in par], "s--", color="#a60", label=label)
     axes[0].set(
         xlabel="tokenizer actors",
         ylabel="thousand tokens/s",
@@ -385,14 +380,8 @@ def plot(results: dict) -> None:
             ["cold", "warm"], [s["cold"]["time_to_first_step_s"], s["warm"]["time_to_first_step_s"]], color=["#c44", "#4a4"]
         )
         for i, k in enumerate(("cold", "warm")):
-            mib = s[k]["bytes_downloaded"] / 2**20
-            axes[1].text(
-                i,
-                s[k]["time_to_first_step_s"],
-                f"{mib:.1f} MiB down\n{s[k]['rows_tokenized']:,} rows tokenized",
-                ha="center",
-                va="bottom",
-            )
+            text = f"{s[k]['bytes_downloaded'] / 2**20:.1f} MiB down\n{s[k]['rows_tokenized']:,} rows tokenized"
+            axes[1].text(i, s[k]["time_to_first_step_s"], text, ha="center", va="bottom")
         top = max(s["cold"]["time_to_first_step_s"], s["warm"]["time_to_first_step_s"])
         axes[1].set(ylabel="seconds to first step", title="Same job twice (data + model in S3)", ylim=(0, 1.3 * top))
     fig.tight_layout()
