@@ -3,6 +3,7 @@
     rayft serve [--host H] [--port P] [--ray-address URL] [--policy FILE] [--no-auth]   # RAYFT_* env vars too
     rayft token create --team NAME [--expires-in 90d|12h|never]          # prints a new API token once
     rayft token list [--team NAME] | rayft token revoke ID
+    rayft backup DEST.db [--data-dir DIR]                                # the job store, while the service runs
     rayft submit SPEC.yaml [--watch] [--idempotency-key K]
     rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] | rayft cancel JOB
     rayft logs JOB [--tail N]                                            # the last lines of the job's log
@@ -47,6 +48,11 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p.add_argument("--expires-in", default="90d", help="create: 90d (default), 12h, ... or never")
     p.add_argument("--data-dir")
     p.set_defaults(command=cmd_token)
+
+    p = sub.add_parser("backup", help="copy the job store to a new file, also while the service runs (where its data dir is)")
+    p.add_argument("dest", help="the backup's file: a new one (service/backup.py says how to restore)")
+    p.add_argument("--data-dir")
+    p.set_defaults(command=cmd_backup)
 
     p = sub.add_parser("submit", help="submit a job to the service")
     p.add_argument("spec")
@@ -202,6 +208,15 @@ def _client():  # noqa: ANN202
     from rayft.client import Client
 
     return Client()
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from service.backup import backup
+    from service.settings import ServiceSettings
+
+    done = backup(ServiceSettings.from_env(data_dir=args.data_dir).data_dir / "jobs.db", Path(args.dest))
+    print(f"{done.jobs} jobs, {done.events} events and {done.tokens} tokens in {done.path} ({done.bytes / 2**20:.1f} MiB)")
+    return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -47,6 +47,28 @@ def test_a_second_local_cluster_beside_the_sessions_runs_jobs_and_so_does_the_fi
     assert run_to_end(JobSubmissionClient(ray_cluster.jobs_api), "python -c 'print(1)'").endswith("SUCCEEDED")
 
 
+KEPT = """
+from ray_jobs.local_ray import start_local_cluster, stop_local_cluster
+info = start_local_cluster(num_cpus=1)
+stop_local_cluster(info["temp_dir"], keep_logs=True)
+print(info["temp_dir"])
+"""
+"""A cluster stopped with its logs kept (a failed test session's, a crashed ``rayft serve``'s), then its process exits."""
+
+
+def test_a_cluster_stopped_with_its_logs_kept_keeps_them_past_its_process_exit():
+    import shutil
+
+    kept = subprocess.run([sys.executable, "-c", KEPT], capture_output=True, text=True, timeout=600)
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    temp_dir = Path(kept.stdout.strip())
+    try:
+        assert (temp_dir / "session_latest" / "logs").is_dir()
+        assert f"the local Ray cluster's logs are kept in {temp_dir}" in kept.stderr
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
 def test_a_job_whose_actors_hold_most_cpus_keeps_its_task_workers_between_tasks(ray_cluster):
     """A cache fill's tokenizer actors hold nearly every CPU while its reading, re-cut and writing tasks (a
     quarter CPU each) come and go. Ray kills idle workers beyond the node's free CPUs after a second idle,

@@ -74,3 +74,13 @@ def test_tokens_are_created_listed_and_revoked_and_a_bad_team_is_refused(tmp_pat
     store = SqliteJobStore(tmp_path / "jobs.db")
     assert store.team_for_token(hash_token(token)) is None  # a revoked token opens nothing
     store.close()
+
+
+def test_a_backup_of_the_job_store_is_one_line_and_a_second_to_the_same_file_is_refused(tmp_path):
+    env = {"RAYFT_DATA_DIR": str(tmp_path / "service")}
+    assert rayft("token", "create", "--team", "vision", env=env).returncode == 0
+    done = rayft("backup", str(tmp_path / "jobs-backup.db"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"0 jobs, 0 events and 1 tokens in {tmp_path / 'jobs-backup.db'} (")
+    again = rayft("backup", str(tmp_path / "jobs-backup.db"), env=env)
+    assert again.returncode == exits.USAGE and again.stderr.startswith("error: dest: ") and again.stderr.count("\n") == 1
