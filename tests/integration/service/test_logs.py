@@ -16,6 +16,8 @@ import pytest
 
 from rayft.client import Client
 from rayft_contract.states import JobState
+from rayft_contract.v1 import finetune_pb2 as pb
+from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service.launcher import RayJobLauncher
 from service.store import JobRecord
 from service.store_sqlite import SqliteJobStore
@@ -110,13 +112,57 @@ def service_in_this_process(settings, store, policy, launcher):
         loop.close()
 
 
+def a_launched_job(store: SqliteJobStore, team: str, ray_submission_id: str) -> str:
+    now = time.time()
+    job, _ = store.create(JobRecord(f"ft-{team}", team, JobState.QUEUED, {"name": "logs"}, now, now))
+    store.transition(job.id, JobState.STARTING)
+    store.update(job.id, ray_submission_id=ray_submission_id)
+    return job.id
+
+
+def settings_for(tmp_path, policy, ray_address: str, **more):
+    from service.settings import ServiceSettings
+
+    return ServiceSettings(
+        port=0,
+        data_dir=tmp_path / "service",
+        ray_address=ray_address,
+        policy_file=policy,
+        watch_process=False,
+        launch_paused=True,
+        **more,
+    )
+
+
+@pytest.mark.parametrize("ray", ["unreachable", "without the job"])
+def test_a_log_that_ray_cannot_give_now_or_ever_says_which(ray, ray_cluster, tmp_path, tokens, policy):
+    """Ray down: UNAVAILABLE, worth a retry. Ray up but without the job (a cluster replaced since): NOT_FOUND,
+    and the job's events remain."""
+    from service.policy import load_for
+    from tests.integration.service.harness import NO_RAY
+
+    store = SqliteJobStore(tmp_path / "service" / "jobs.db")
+    job_id = a_launched_job(store, "team-a", "raysubmit_gone")
+    settings = settings_for(tmp_path, policy, NO_RAY if ray == "unreachable" else ray_cluster.jobs_api)
+    launcher = RayJobLauncher(settings.ray_address, sys.executable)
+    with service_in_this_process(settings, store, load_for(settings), launcher) as service:
+        with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:  # not rayft's client: no retries, one answer
+            reads = pb_grpc.FineTuningStub(channel)
+            metadata = [("authorization", f"Bearer {tokens['team-a']}")]
+            error = rpc_error(lambda: reads.GetJobLogs(pb.GetJobLogsRequest(job_id=job_id), metadata=metadata, timeout=60))
+    store.close()
+    if ray == "unreachable":
+        assert error.code() == grpc.StatusCode.UNAVAILABLE and "try again" in error.details()
+    else:
+        assert error.code() == grpc.StatusCode.NOT_FOUND and "Ray no longer holds the log" in error.details()
+
+
 def test_a_team_reads_two_logs_at_once_and_a_slow_ray_never_holds_up_another_teams_reads(ray_cluster, tmp_path, tokens, policy):
     """Each read takes a thread of the service while Ray sends the log: a team's third read at once is refused,
     and another team's read goes on."""
     from ray.job_submission import JobSubmissionClient
 
     from service.policy import load_for
-    from service.settings import ServiceSettings
 
     ray_jobs = JobSubmissionClient(ray_cluster.jobs_api)
     ray_job = ray_jobs.submit_job(entrypoint="echo one line from the job")
@@ -124,19 +170,8 @@ def test_a_team_reads_two_logs_at_once_and_a_slow_ray_never_holds_up_another_tea
         time.sleep(0.2)
     store = SqliteJobStore(tmp_path / "service" / "jobs.db")
     for team in ("team-a", "team-b"):  # a job of each team, launched as this Ray job
-        now = time.time()
-        job, _ = store.create(JobRecord(f"ft-{team}", team, JobState.QUEUED, {"name": "logs"}, now, now))
-        store.transition(job.id, JobState.STARTING)
-        store.update(job.id, ray_submission_id=ray_job)
-    settings = ServiceSettings(
-        port=0,
-        data_dir=tmp_path / "service",
-        ray_address=ray_cluster.jobs_api,
-        policy_file=policy,
-        watch_process=False,
-        launch_paused=True,
-        max_log_reads_per_team=2,
-    )
+        a_launched_job(store, team, ray_job)
+    settings = settings_for(tmp_path, policy, ray_cluster.jobs_api, max_log_reads_per_team=2)
     launcher = SlowLogs(ray_cluster.jobs_api, sys.executable)
     with service_in_this_process(settings, store, load_for(settings), launcher) as service:
         a, b = (Client(f"127.0.0.1:{service.port}", tokens[team]) for team in ("team-a", "team-b"))
