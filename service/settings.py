@@ -117,6 +117,9 @@ class ServiceSettings:
                 f"warm_workers and warm_idle_s (RAYFT_WARM_WORKERS, RAYFT_WARM_IDLE_S): 0 or more, not {self.warm_workers!r} "
                 f"and {self.warm_idle_s!r}"
             )
+        for name, (variable, least) in QUOTAS.items():
+            if getattr(self, name) < least:
+                raise ValueError(f"{name} ({variable}): {least} or more, not {getattr(self, name)!r}")
         if self.cluster_gpus is not None and not self.cluster_gpus >= 0:
             raise ValueError(f"cluster_gpus (RAYFT_CLUSTER_GPUS): a number of GPUs, 0 or more, not {self.cluster_gpus!r}")
 
@@ -151,11 +154,7 @@ class ServiceSettings:
             "ray_address": env.get("RAYFT_RAY_ADDRESS") or None,
             "auth": _flag(env, "RAYFT_AUTH", True),
             "policy_file": env.get("RAYFT_POLICY") or None,
-            "max_active_jobs_per_team": int(env.get("RAYFT_MAX_ACTIVE_JOBS", cls.max_active_jobs_per_team)),
-            "max_running_jobs_per_team": int(env.get("RAYFT_MAX_RUNNING_JOBS", cls.max_running_jobs_per_team)),
-            "max_streams_per_team": int(env.get("RAYFT_MAX_STREAMS_PER_TEAM", cls.max_streams_per_team)),
-            "max_streams": int(env.get("RAYFT_MAX_STREAMS", cls.max_streams)),
-            "max_log_reads_per_team": int(env.get("RAYFT_MAX_LOG_READS_PER_TEAM", cls.max_log_reads_per_team)),
+            **{name: _count(env, variable, getattr(cls, name)) for name, (variable, _) in QUOTAS.items()},
             "report_address": env.get("RAYFT_REPORT_ADDRESS", ""),
             "watch_process": _flag(env, "RAYFT_WATCH_PROCESS", True),
             "watch_port": int(env["RAYFT_WATCH_PORT"]) if env.get("RAYFT_WATCH_PORT") else None,
@@ -180,6 +179,25 @@ class ServiceSettings:
             if values[name] is not None:
                 values[name] = Path(values[name])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
+
+
+QUOTAS = {
+    "max_active_jobs_per_team": ("RAYFT_MAX_ACTIVE_JOBS", 1),
+    "max_running_jobs_per_team": ("RAYFT_MAX_RUNNING_JOBS", 0),
+    "max_streams_per_team": ("RAYFT_MAX_STREAMS_PER_TEAM", 1),
+    "max_streams": ("RAYFT_MAX_STREAMS", 1),
+    "max_log_reads_per_team": ("RAYFT_MAX_LOG_READS_PER_TEAM", 1),
+}
+"""Each limit: the variable that sets it and its least value. Below it, every call of its kind would be refused;
+``RAYFT_MAX_RUNNING_JOBS=0`` may hold every job QUEUED while the service still answers (and asks Ray what fits)."""
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name) or str(default)
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}: a whole number, not {value!r}") from None
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:

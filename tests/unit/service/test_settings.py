@@ -8,7 +8,7 @@ import pytest
 
 from rayft_contract.channel import watch_target
 from service.auth import bearer, hash_token, new_token
-from service.settings import ServiceSettings
+from service.settings import QUOTAS, ServiceSettings
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
@@ -119,3 +119,15 @@ def test_the_warm_pool_settings_go_to_every_job_and_a_negative_one_is_refused_by
     assert ServiceSettings(auth=False).job_env == {}, "off unless the operator turns it on: nothing more in a job's environment"
     with pytest.raises(ValueError, match=r"RAYFT_WARM_WORKERS, RAYFT_WARM_IDLE_S\): 0 or more, not -1"):
         ServiceSettings(auth=False, warm_workers=-1)
+
+
+@pytest.mark.parametrize(("name", "variable", "least"), [(name, *rest) for name, rest in QUOTAS.items()])
+def test_a_limit_below_its_least_or_not_a_number_is_refused_by_its_variable(monkeypatch, name, variable, least):
+    monkeypatch.setenv(variable, str(least - 1))
+    with pytest.raises(ValueError, match=rf"\({variable}\): {least} or more, not {least - 1}$"):
+        ServiceSettings.from_env(auth=False)
+    monkeypatch.setenv(variable, "two")
+    with pytest.raises(ValueError, match=rf"^{variable}: a whole number, not 'two'$"):
+        ServiceSettings.from_env(auth=False)
+    monkeypatch.setenv(variable, "3")
+    assert getattr(ServiceSettings.from_env(auth=False), name) == 3
