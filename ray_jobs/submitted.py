@@ -35,8 +35,7 @@ def main() -> int:
         return 0
     except Exception as exc:
         logging.exception("job failed")  # the traceback, in the job's log (GetJobLogs) before its team hears of it
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:1000]
-        reporter(Event("failure", Failure({"job": reason}).to_dict()))
+        reporter(Event("failure", Failure({"job": Failure.reason_of(exc)}).to_dict()))
         return 1
     finally:
         reporter.close()

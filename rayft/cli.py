@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: an unfinished run resumes from its last checkpoint when started again", file=sys.stderr)
         return exits.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the job or the command failed: one line, not a traceback
-        first = (str(exc).strip().splitlines() or [""])[0]
-        _one_line(f"failed: {type(exc).__name__}: {first}", args.verbose)
+        from rayft_contract.records import Failure
+
+        _one_line(f"failed: {Failure.reason_of(exc)}", args.verbose)
         return exits.JOB_FAILED
 
 

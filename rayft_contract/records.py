@@ -215,6 +215,25 @@ class Failure(Record):
     def job_error(self) -> str | None:
         return self.errors.get("job")
 
+    @staticmethod
+    def reason_of(error: BaseException, limit: int = 1000) -> str:
+        """One line that says what failed: the first line of the error that caused ``error``.
+
+        Ray Train's ``WorkerGroupError`` says only "Training failed due to worker errors:" on its first line,
+        which became the job's message, so a team whose LoRA matched no module read that and nothing more;
+        its ``worker_failures`` hold what the ranks raised (the lowest rank's is given). A ``ControllerError``
+        holds its ``controller_failure``, and a Ray task's error (a warm worker's) its ``cause``. Read by
+        attribute, so that this module imports nothing of Ray."""
+        prefix = ""
+        if worker_failures := getattr(error, "worker_failures", None):
+            rank = min(worker_failures)
+            prefix, error = f"rank {rank}: ", worker_failures[rank]
+        for attribute in ("controller_failure", "cause"):
+            if isinstance(inner := getattr(error, attribute, None), BaseException):
+                error = inner
+        lines = f"{type(error).__name__}: {error}".strip().splitlines()
+        return (prefix + lines[0])[:limit]
+
 
 # -- the driver's findings and summary -------------------------------------------------------
 

@@ -32,19 +32,22 @@ def rpc_error(call) -> grpc.RpcError:
     return info.value
 
 
-def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny_spec, tmp_path, ray_cluster):
+def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny_spec, ray_cluster):
+    """A LoRA that matches no module of the model fails in the training worker: the job's message names the
+    worker's error (not Ray Train's "Training failed due to worker errors:"), and its log has the traceback."""
     from ray.job_submission import JobSubmissionClient
 
     a, b = Client(server.address, tokens["team-a"]), Client(server.address, tokens["team-b"])
     bad = tiny_job(tiny_spec, "svc-logs")
-    bad = bad.replace(data=dataclasses.replace(bad.data, path=str(tmp_path / "data" / "missing.jsonl")))
+    bad = bad.replace(lora=dataclasses.replace(bad.lora, target_modules=("no_such_proj",)))
     job = a.submit(bad)
     assert states(a.watch(job.id))[-1] == "FAILED"
+    assert a.get(job.id).message.startswith("rank 0: NoMatchingPeftModuleError: No modules were targeted")
 
     logs = a.logs(job.id)
     text = "\n".join(logs.lines)
     assert logs.job_id == job.id and logs.lines_before == 0  # a short log: all of it
-    assert "job failed" in text and "Traceback (most recent call last)" in text and "missing.jsonl" in text
+    assert "job failed" in text and "Traceback (most recent call last)" in text and "NoMatchingPeftModuleError" in text
     ticket = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env["env_vars"]["RAYFT_LAUNCH_TICKET"]
     assert ticket not in text
 

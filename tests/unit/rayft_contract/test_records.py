@@ -70,3 +70,19 @@ def test_a_client_reads_a_summary_from_an_older_or_a_newer_job():
 def test_a_record_missing_a_required_field_is_refused_by_name():
     with pytest.raises(TypeError, match="total_steps"):
         Progress.from_dict({"step": 1})
+
+
+def test_a_failures_reason_is_the_first_line_of_what_caused_it_not_ray_trains_wrapper():
+    from ray.exceptions import RayTaskError
+    from ray.train import ControllerError, WorkerGroupError
+
+    from rayft_contract.records import Failure
+
+    workers = WorkerGroupError("[Rank 0 Error Snippet]: ...", {1: ValueError("rank 1's"), 0: RuntimeError("no module\nmore")})
+    assert str(workers).splitlines()[0] == "Training failed due to worker errors:"  # what the job's message was
+    assert Failure.reason_of(workers) == "rank 0: RuntimeError: no module"
+    assert Failure.reason_of(ControllerError(KeyError("lost"))) == "KeyError: 'lost'"
+    task = RayTaskError("WarmWorker.run", "Traceback (most recent call last): ...", ValueError("in the warm worker"))
+    assert Failure.reason_of(task.as_instanceof_cause()) == "ValueError: in the warm worker"  # as ray.get raises it
+    assert Failure.reason_of(ValueError("data.path: no such file\ndetails")) == "ValueError: data.path: no such file"
+    assert Failure.reason_of(ValueError("x" * 2000), limit=20) == "ValueError: " + "x" * 8
