@@ -41,7 +41,7 @@ def report_event(metrics: dict[str, Any]) -> Event:
 
 def failure_event(errors: dict[Any, BaseException]) -> Event:
     """Failed workers by rank, each as the first line of its error."""
-    lines = {str(rank): f"{type(exc).__name__}: {exc}".splitlines()[0][:500] for rank, exc in errors.items()}
+    lines = {str(rank): Failure.reason_of(exc, limit=500) for rank, exc in errors.items()}
     return Event("failure", Failure(lines).to_dict())
 
 
