@@ -231,8 +231,9 @@ class Failure(Record):
         for attribute in ("controller_failure", "cause"):
             if isinstance(inner := getattr(error, attribute, None), BaseException):
                 error = inner
-        lines = f"{type(error).__name__}: {error}".strip().splitlines()
-        return (prefix + lines[0])[:limit]
+        words = str(error).strip().splitlines()
+        said = f"{type(error).__name__}: {words[0]}" if words else type(error).__name__
+        return (prefix + said)[:limit]
 
 
 # -- the driver's findings and summary -------------------------------------------------------

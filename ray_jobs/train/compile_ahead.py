@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray_jobs import node_gpus
 from ray_jobs.train import kernel_store
+from rayft_contract.records import Failure
 from rayft_contract.spec import FineTuneSpec
 
 if TYPE_CHECKING:
@@ -367,8 +368,7 @@ def wait(ref: Any) -> str:
         ray.cancel(ref, force=True)
         return f"the copy's step ran past {AHEAD_WAIT_S:.0f} s: cancelled; the job compiles what is left"
     except ray.exceptions.RayError as err:  # optional: the job's own first step compiles whatever this did not
-        cause = getattr(err, "cause", None) or err  # a task's own exception, under Ray's wrapper
-        return f"compiling ahead failed ({type(cause).__name__}: {str(cause).splitlines()[0][:200]}); the job compiles"
+        return f"compiling ahead failed ({Failure.reason_of(err, limit=240)}); the job compiles"  # the task's own error
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,7 @@ from pathlib import Path
 from ray_jobs.node_gpus import gpu_model
 from ray_jobs.storage import Location, location
 from ray_jobs.train.model import TRITON_CACHE_ENV
+from rayft_contract.records import Failure
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def publish(key: str, kernels: Kernels) -> str:
         kept.write_bytes(kernels.compiled)  # last: its presence says the entry is whole
     except OSError as err:
         log.warning("the kernels of %s could not be kept in %s", key, kept.uri, exc_info=True)
-        return f"not kept for other nodes ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
+        return f"not kept for other nodes ({Failure.reason_of(err, limit=200)})"
     size = (len(kernels.compiled) + len(kernels.triton)) / 2**20
     return f"kept for other nodes in {kept.uri} ({size:.1f} MiB)"
 

@@ -86,3 +86,5 @@ def test_a_failures_reason_is_the_first_line_of_what_caused_it_not_ray_trains_wr
     assert Failure.reason_of(task.as_instanceof_cause()) == "ValueError: in the warm worker"  # as ray.get raises it
     assert Failure.reason_of(ValueError("data.path: no such file\ndetails")) == "ValueError: data.path: no such file"
     assert Failure.reason_of(ValueError("x" * 2000), limit=20) == "ValueError: " + "x" * 8
+    assert Failure.reason_of(MemoryError()) == "MemoryError", "an error without words still says its kind"
+    assert Failure.reason_of(OSError("\n  \n")) == "OSError"

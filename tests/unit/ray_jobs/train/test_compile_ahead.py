@@ -101,12 +101,18 @@ def _fails() -> None:
     raise RuntimeError("CUDA error: out of memory")
 
 
+def _fails_without_a_message() -> None:
+    raise MemoryError()
+
+
 def test_a_failed_or_absent_compile_ahead_never_fails_the_job(ray_cluster, tiny_spec):
     import ray
 
     assert compile_ahead.wait(None) == ""
     said = compile_ahead.wait(ray.remote(max_retries=0)(_fails).remote())
     assert "compiling ahead failed" in said and "out of memory" in said and "the job compiles" in said
+    said = compile_ahead.wait(ray.remote(max_retries=0)(_fails_without_a_message).remote())
+    assert said == "compiling ahead failed (MemoryError); the job compiles", "an error with no words still says its kind"
     assert compile_ahead.launch(one_gpu(tiny_spec), gpus_free=0) == (None, None), "the session's cluster has no GPU free"
 
 
