@@ -96,9 +96,13 @@ class LoraSpec:
     dropout: float = 0.0
     """Dropout on the adapter input. 0.05 costs about 5% speed and a copy of each adapter input."""
     target_modules: tuple[str, ...] = ("all-linear",)
-    """Module names to adapt; ``all-linear`` adapts every linear layer but the output head."""
+    """Module names to adapt, each a whole name or its last dotted parts (``q_proj``, ``self_attn.q_proj``), PEFT's rule;
+    ``all-linear`` adapts every linear layer but the output head. Checked against the base's weight files before the
+    job starts (``ray_jobs.cache.model_names``): a name that matches no layer with a weight matrix fails the job in
+    its first second, with the name it may have meant."""
     modules_to_save: tuple[str, ...] = ()
-    """Modules trained in full and saved with the adapter (e.g. ``embed_tokens``, ``lm_head``)."""
+    """Modules trained in full and saved with the adapter (e.g. ``embed_tokens``, ``lm_head``); each must end the name
+    of a module of the base (checked as ``target_modules`` are)."""
     fused: bool = True
     """Add each adapter's update inside its second matmul (one ``addmm``: ``base(x) + scale * B(A(x))``) instead of
     PEFT's copy, multiply and add over every adapted layer's output, 13% of the 7B preset's GPU time on an H200

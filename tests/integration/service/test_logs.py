@@ -6,13 +6,16 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 
 from rayft.client import Client
 from rayft_contract.states import JobState
@@ -32,22 +35,34 @@ def rpc_error(call) -> grpc.RpcError:
     return info.value
 
 
-def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny_spec, ray_cluster):
-    """A LoRA that matches no module of the model fails in the training worker: the job's message names the
-    worker's error (not Ray Train's "Training failed due to worker errors:"), and its log has the traceback."""
+@pytest.fixture
+def policy(tmp_path, tiny) -> Path:
+    """The service's policy, with ``tmp_path/models`` among the models a team may read."""
+    path = tmp_path / "policy.yaml"
+    default = {"output_root": f"{tmp_path}/outputs/{{team}}", "data": [str(tiny)], "models": [str(tiny), f"{tmp_path}/models"]}
+    path.write_text(yaml.safe_dump({"default": default}))
+    return path
+
+
+def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny, tiny_spec, ray_cluster, tmp_path):
+    """A model whose weights file was cut short (an upload that stopped) passes the driver's checks, which read
+    only its header, and fails in the training worker's load: the job's message names the worker's error (not
+    Ray Train's "Training failed due to worker errors:"), and its log has the traceback."""
     from ray.job_submission import JobSubmissionClient
 
+    cut = tmp_path / "models" / "cut"
+    shutil.copytree(tiny / "model", cut)
+    os.truncate(cut / "model.safetensors", (cut / "model.safetensors").stat().st_size - 4096)
     a, b = Client(server.address, tokens["team-a"]), Client(server.address, tokens["team-b"])
     bad = tiny_job(tiny_spec, "svc-logs")
-    bad = bad.replace(lora=dataclasses.replace(bad.lora, target_modules=("no_such_proj",)))
-    job = a.submit(bad)
+    job = a.submit(bad.replace(model=dataclasses.replace(bad.model, path=str(cut))))
     assert states(a.watch(job.id))[-1] == "FAILED"
-    assert a.get(job.id).message.startswith("rank 0: NoMatchingPeftModuleError: No modules were targeted")
+    assert a.get(job.id).message.startswith("rank 0: SafetensorError: Error while deserializing header"), a.get(job.id)
 
     logs = a.logs(job.id)
     text = "\n".join(logs.lines)
     assert logs.job_id == job.id and logs.lines_before == 0  # a short log: all of it
-    assert "job failed" in text and "Traceback (most recent call last)" in text and "NoMatchingPeftModuleError" in text
+    assert "job failed" in text and "Traceback (most recent call last)" in text and "SafetensorError" in text
     ticket = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env["env_vars"]["RAYFT_LAUNCH_TICKET"]
     assert ticket not in text
 

@@ -233,17 +233,23 @@ def test_a_gpu_job_launches_when_its_gpus_are_free_and_teams_take_turns(ray_clus
         srv.stop()
 
 
-def test_team_quota_and_a_job_that_cannot_read_its_data(server, tokens, tiny_spec, tmp_path):
+def test_jobs_that_cannot_read_their_data_or_name_no_module_fail_in_the_drivers_checks(server, tokens, tiny_spec, tmp_path):
     client = Client(server.address, tokens["team-a"])
-    bad = tiny_job(tiny_spec, "svc-no-data")
-    bad = bad.replace(data=dataclasses.replace(bad.data, path=str(tmp_path / "data" / "missing.jsonl")))
-    job = client.submit(bad)
-    events = list(client.watch(job.id))
-    assert states(events)[-1] == "FAILED"
-    reason = client.get(job.id).message
+    no_data = tiny_job(tiny_spec, "svc-no-data")
+    no_data = no_data.replace(data=dataclasses.replace(no_data.data, path=str(tmp_path / "data" / "missing.jsonl")))
+    typo = tiny_job(tiny_spec, "svc-lora-typo")
+    typo = typo.replace(lora=dataclasses.replace(typo.lora, target_modules=("q_prj", "v_proj")))
+    jobs = [client.submit(no_data), client.submit(typo)]
+    events = {job.id: list(client.watch(job.id)) for job in jobs}
+    assert [states(events[job.id])[-1] for job in jobs] == ["FAILED", "FAILED"]
+    reason = client.get(jobs[0].id).message
     assert "data.path" in reason and "missing.jsonl" in reason  # the job's own preflight error, verbatim
-    failure = [e.failure for e in events if e.WhichOneof("payload") == "failure"]
+    failure = [e.failure for e in events[jobs[0].id] if e.WhichOneof("payload") == "failure"]
     assert "does not exist" in failure[-1].errors["job"]
+    reason = client.get(jobs[1].id).message
+    assert "lora.target_modules: 'q_prj' names no module of the model; did you mean 'q_proj'?" in reason
+    phases = {e.phase.phase for job in jobs for e in events[job.id] if e.WhichOneof("payload") == "phase"}
+    assert not phases & {"connect", "data", "training"}, f"both failed before reaching Ray: {phases}"
 
 
 def test_per_team_limit_on_active_jobs(tmp_path, tokens, tiny_spec, policy):

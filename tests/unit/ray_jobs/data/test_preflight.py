@@ -44,6 +44,7 @@ def run_cli(capsys, *argv):
         ({"model": "/nonexistent/model"}, "model.path: model directory '/nonexistent/model' does not exist"),
         ({"max_seq_len": 0}, "data.max_seq_len: must be >= 8"),
         ({"extra": "train: {max_stpes: 10}"}, "train.max_stpes: unknown key; did you mean 'max_steps'?"),
+        ({"extra": "lora: {target_modules: [q_prj, v_proj]}"}, "lora.target_modules: 'q_prj' names no module of the model"),
     ],
 )
 def test_bad_input_is_one_line_before_ray(write_spec, capsys, monkeypatch, command, kwargs, needle):

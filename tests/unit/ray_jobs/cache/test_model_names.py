@@ -1,0 +1,104 @@
+"""A LoRA's module names are checked against the base's weight files before any cluster starts, by PEFT's rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+
+from ray_jobs.cache import model_names
+from ray_jobs.storage import location
+from rayft_contract.spec import SpecError
+
+
+def lora(spec, targets=("all-linear",), save=()):
+    return spec.replace(lora=dataclasses.replace(spec.lora, target_modules=tuple(targets), modules_to_save=tuple(save)))
+
+
+def refused(spec) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        model_names.check(spec)
+    return info.value
+
+
+def test_a_typo_beside_a_good_name_is_refused_with_the_name_it_meant(tiny_spec):
+    error = refused(lora(tiny_spec, ["q_prj", "v_proj"]))
+    assert error.field == "lora.target_modules"
+    assert str(error).startswith("lora.target_modules: 'q_prj' names no module of the model; did you mean 'q_proj'?")
+    assert "gate_proj" in str(error) and "input_layernorm" not in str(error), "it lists the layers LoRA can adapt"
+
+
+def test_names_match_as_peft_matches_them_whole_or_by_a_dotted_suffix(tiny_spec):
+    model_names.check(lora(tiny_spec, ["self_attn.q_proj", "model.layers.1.mlp.down_proj", "o_proj"]))
+    model_names.check(lora(tiny_spec, ["lm_head"], save=["embed_tokens"]))
+    assert refused(lora(tiny_spec, ["attn.q_proj"])).field == "lora.target_modules", "'attn' is not a whole name"
+
+
+def test_a_name_of_a_norm_alone_is_refused_since_lora_adapts_weight_matrices(tiny_spec):
+    error = refused(lora(tiny_spec, ["norm"]))
+    assert "'norm' names model.norm, which holds no weight matrix" in str(error)
+
+
+def test_modules_to_save_must_name_a_module_too(tiny_spec):
+    error = refused(lora(tiny_spec, save=["embed_token_s"]))
+    assert error.field == "lora.modules_to_save" and "did you mean 'embed_tokens'?" in str(error)
+
+
+def test_a_head_tied_to_the_embeddings_and_so_not_in_the_file_can_be_named(tmp_path, tiny, tiny_spec):
+    from safetensors.numpy import load_file, save_file
+
+    model = tmp_path / "tied"
+    shutil.copytree(tiny / "model", model)
+    weights = load_file(str(model / "model.safetensors"))
+    save_file(
+        {name: tensor for name, tensor in weights.items() if not name.startswith("lm_head")}, str(model / "model.safetensors")
+    )
+    assert "lm_head" not in {name.split(".")[0] for name in load_file(str(model / "model.safetensors"))}
+    model_names.check(lora(tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model))), ["lm_head"]))
+
+
+def test_a_file_that_is_not_safetensors_is_named_and_a_model_without_any_is_left_to_its_load(tmp_path, tiny, tiny_spec):
+    model = tmp_path / "damaged"
+    shutil.copytree(tiny / "model", model)
+    spec = lora(tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model))), ["q_proj"])
+    (model / "model.safetensors").write_bytes((10**12).to_bytes(8, "little") + b"{}")
+    error = refused(spec)
+    assert error.field == "model.path" and "model.safetensors is not a safetensors file" in str(error)
+    (model / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{]")
+    assert "damaged safetensors header" in str(refused(spec))
+    (model / "model.safetensors").unlink()
+    assert model_names.weight_ranks(location(str(model))) == {}
+    model_names.check(lora(spec, ["no_such_proj"]))  # nothing to read: the worker's load says what is wrong
+
+
+def test_weights_in_several_files_are_all_read(tmp_path, tiny):
+    from safetensors.numpy import load_file, save_file
+
+    model = tmp_path / "sharded"
+    shutil.copytree(tiny / "model", model)
+    weights = load_file(str(model / "model.safetensors"))
+    (model / "model.safetensors").unlink()
+    names = sorted(weights)
+    for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
+        save_file({name: weights[name] for name in part}, str(model / f"model-0000{i + 1}-of-00002.safetensors"))
+    ranks = model_names.weight_ranks(location(str(model)))
+    assert {f"{name.rsplit('.', 1)[0]}" for name in names} <= set(ranks)
+    assert ranks["model.layers.1.mlp.down_proj"] == 2 and ranks["model.norm"] == 1
+
+
+def test_a_model_on_s3_is_checked_from_its_headers_alone(s3_server, s3_requests, tiny, tiny_spec):
+    import boto3
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="rayft-model-names")
+    for file in (tiny / "model").iterdir():
+        s3.upload_file(str(file), "rayft-model-names", f"tiny/{file.name}")
+    spec = lora(tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path="s3://rayft-model-names/tiny")), ["v_prj"])
+    with s3_requests() as got:
+        error = refused(spec)
+    assert "did you mean 'v_proj'?" in str(error)
+    read = [url for method, url in got if "/tiny/" in url]
+    assert read and all(url.endswith("/model.safetensors") for url in read), json.dumps(got)  # no other file is read
+    assert len(got) <= 4, json.dumps(got)  # a listing, then a HEAD and two ranged GETs at most
