@@ -44,7 +44,7 @@ def load(adapter: Path, base: str | None = None) -> tuple[Any, Any]:
     _, local = base_of(adapter, base)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype, device_map={"": device})
+    model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype, device_map={"": device}, use_safetensors=True)
     return PeftModel.from_pretrained(model, adapter).eval(), AutoTokenizer.from_pretrained(adapter)
 
 

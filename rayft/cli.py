@@ -205,7 +205,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     adapter = generate.adapter_dir(args.adapter)  # RUN or RUN/adapter, as `rayft generate` takes it
     base, local = generate.base_of(adapter, args.base)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(local), adapter)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(local, use_safetensors=True), adapter)
     model.merge_and_unload().save_pretrained(args.out)
     AutoTokenizer.from_pretrained(adapter).save_pretrained(args.out)
     print(f"merged {adapter} into {base}: {args.out}")

@@ -11,7 +11,8 @@ file (ranged GETs on S3) and no import of torch. Read by hand because the ``safe
 The rule is PEFT's for a list of names: a module matches an entry that is its whole name or a dotted suffix of it
 (``q_proj`` and ``self_attn.q_proj`` both match ``model.layers.0.self_attn.q_proj``). An entry must match a module
 that holds a weight matrix (a linear layer or an embedding, which LoRA adapts), not only norms. A model stored
-without safetensors files, or a hub model not yet downloaded, is not checked here: the worker's load says.
+without safetensors files is refused (``model.path``): its weights would be a pickle. A hub model not yet
+downloaded is not checked here: the worker's load says.
 """
 
 from __future__ import annotations
@@ -35,15 +36,28 @@ ALWAYS_THERE = {"lm_head": 2}
 
 def check(spec: FineTuneSpec) -> None:
     """Raise :class:`SpecError` naming ``lora.target_modules`` (or ``lora.modules_to_save``) when an entry matches
-    no module of ``spec.model.path`` that LoRA can adapt; nothing when the model's weights cannot be listed here."""
+    no module of ``spec.model.path`` that LoRA can adapt, and naming ``model.path`` when its directory holds no
+    safetensors weights: rayft loads no pickled weights (``pytorch_model.bin``), since unpickling a file can run
+    code and a team may write the locations its models come from. Nothing for a hub model not downloaded yet (its
+    load asks the hub for safetensors only)."""
+    path = spec.model.path
+    directory = model_directory(path, spec.model.revision)
+    if directory is None:
+        return
+    files = weight_files(directory)
+    if not files:
+        if path.startswith("s3://") or os.path.isdir(os.path.expanduser(path)):
+            raise SpecError(
+                "model.path",
+                f"{path!r} holds no *.safetensors weights; rayft loads no pickled weights (pytorch_model.bin), which "
+                "can run code when loaded: save the model with save_pretrained(), which writes safetensors",
+            )
+        return  # a hub snapshot with only some of its files downloaded yet
     lora = spec.lora
     targets = () if lora.target_modules == ("all-linear",) else lora.target_modules
     if not targets and not lora.modules_to_save:
         return
-    directory = model_directory(spec.model.path, spec.model.revision)
-    shapes = weight_ranks(directory) if directory is not None else None
-    if not shapes:
-        return
+    shapes = weight_ranks(directory, files)
     matrices = {module for module, rank in shapes.items() if rank >= 2}
     for entry in targets:
         found = [module for module in shapes if module == entry or module.endswith("." + entry)]
@@ -80,17 +94,22 @@ def model_directory(path: str, revision: str | None = None) -> Location | None:
     return location(os.path.dirname(config)) if isinstance(config, str) else None
 
 
-def weight_ranks(directory: Location) -> dict[str, int]:
-    """Every module named in ``directory``'s safetensors files, with the most dimensions of its ``weight`` (0 for a
-    module with no ``weight``, as a rotary cache); empty where there is no safetensors file."""
+def weight_files(directory: Location) -> list[str]:
+    """The paths of ``directory``'s safetensors files, in ``directory.fs``."""
     import pyarrow.fs as pafs
 
     listed = directory.fs.get_file_info(pafs.FileSelector(directory.path))
-    ranks: dict[str, int] = dict(ALWAYS_THERE)
-    names = sorted(info.path for info in listed if info.type == pafs.FileType.File and info.path.endswith(".safetensors"))
-    if not names:
+    return sorted(info.path for info in listed if info.type == pafs.FileType.File and info.path.endswith(".safetensors"))
+
+
+def weight_ranks(directory: Location, files: list[str] | None = None) -> dict[str, int]:
+    """Every module named in ``directory``'s safetensors ``files`` (all of them by default), with the most dimensions
+    of its ``weight`` (0 for a module with no ``weight``, as a rotary cache); empty where there is no such file."""
+    files = weight_files(directory) if files is None else files
+    if not files:
         return {}
-    for name in names:
+    ranks: dict[str, int] = dict(ALWAYS_THERE)
+    for name in files:
         for tensor, entry in _header(directory, name).items():
             if tensor == "__metadata__" or "." not in tensor:
                 continue

@@ -243,7 +243,9 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy)
     if kept is not None:  # quantized as saved: its config.json holds the quantization; safetensors only
         model = AutoModelForCausalLM.from_pretrained(kept, use_safetensors=True, **kwargs)
     else:
-        model = AutoModelForCausalLM.from_pretrained(local, revision=spec.model.revision, quantization_config=quant, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            local, revision=spec.model.revision, quantization_config=quant, use_safetensors=True, **kwargs
+        )  # never a pickle (pytorch_model.bin): a team may write where its models come from
     model.config.use_cache = False
     if kept is not None:
         return LoadedBase(model, "read quantized from the node's cache")

@@ -59,7 +59,7 @@ def test_a_head_tied_to_the_embeddings_and_so_not_in_the_file_can_be_named(tmp_p
     model_names.check(lora(tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model))), ["lm_head"]))
 
 
-def test_a_file_that_is_not_safetensors_is_named_and_a_model_without_any_is_left_to_its_load(tmp_path, tiny, tiny_spec):
+def test_a_file_that_is_not_safetensors_is_named(tmp_path, tiny, tiny_spec):
     model = tmp_path / "damaged"
     shutil.copytree(tiny / "model", model)
     spec = lora(tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model))), ["q_proj"])
@@ -68,9 +68,38 @@ def test_a_file_that_is_not_safetensors_is_named_and_a_model_without_any_is_left
     assert error.field == "model.path" and "model.safetensors is not a safetensors file" in str(error)
     (model / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{]")
     assert "damaged safetensors header" in str(refused(spec))
+
+
+class Planted:
+    """A pickle that runs code when loaded: it writes ``ran`` (the file named)."""
+
+    def __init__(self, ran):
+        self.ran = str(ran)
+
+    def __reduce__(self):
+        return (open, (self.ran, "w"))
+
+
+def test_pickled_weights_a_team_could_plant_are_refused_and_never_loaded(tmp_path, tiny, tiny_spec):
+    """A model directory with ``pytorch_model.bin`` instead of safetensors: the preflight names ``model.path``, and
+    the worker's load (were the preflight skipped) looks for safetensors only, so the pickle never runs."""
+    import pickle
+
+    import torch
+
+    from ray_jobs.train.model import load_base
+    from ray_jobs.train.strategy import Single
+
+    model, ran = tmp_path / "pickled", tmp_path / "ran"
+    shutil.copytree(tiny / "model", model)
     (model / "model.safetensors").unlink()
-    assert model_names.weight_ranks(location(str(model))) == {}
-    model_names.check(lora(spec, ["no_such_proj"]))  # nothing to read: the worker's load says what is wrong
+    (model / "pytorch_model.bin").write_bytes(pickle.dumps({"model.embed_tokens.weight": Planted(ran)}))
+    spec = tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model)))
+    error = refused(spec)  # with all-linear too: the weights themselves are the problem
+    assert error.field == "model.path" and "holds no *.safetensors weights" in str(error)
+    with pytest.raises(OSError, match="safetensors"):
+        load_base(spec, torch.device("cpu"), Single())
+    assert not ran.exists(), "the planted pickle ran"
 
 
 def test_weights_in_several_files_are_all_read(tmp_path, tiny):
