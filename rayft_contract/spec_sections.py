@@ -98,7 +98,7 @@ class LoraSpec:
     target_modules: tuple[str, ...] = ("all-linear",)
     """Module names to adapt, each a whole name or its last dotted parts (``q_proj``, ``self_attn.q_proj``), PEFT's rule;
     ``all-linear`` adapts every linear layer but the output head. Checked against the base's weight files before the
-    job starts (``ray_jobs.cache.model_names``): a name that matches no layer with a weight matrix fails the job in
+    job starts (``ray_jobs.cache.model_files``): a name that matches no layer with a weight matrix fails the job in
     its first second, with the name it may have meant."""
     modules_to_save: tuple[str, ...] = ()
     """Modules trained in full and saved with the adapter (e.g. ``embed_tokens``, ``lm_head``); each must end the name

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ray_jobs.cache import model_names
+from ray_jobs.cache import model_files
 from ray_jobs.data.pipeline import resolve_format
 from ray_jobs.data.sources import Files, data_files
 from rayft_contract.spec import FineTuneSpec, SpecError
@@ -39,7 +39,7 @@ class DataInputs:
 def check(spec: FineTuneSpec) -> DataInputs:
     """Validate what the spec points at; return the data's files and format."""
     check_model(spec.model.path)
-    model_names.check(spec)
+    model_files.check(spec)
     return data_inputs(spec)
 
 

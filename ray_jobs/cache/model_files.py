@@ -1,18 +1,25 @@
-"""``lora.target_modules`` and ``lora.modules_to_save`` checked against the model's weights before any cluster starts.
+"""A base model's files checked before any cluster starts: weights in safetensors, a tokenizer whose ids the
+embeddings hold, and a LoRA whose module names are the model's. Each check reads a few small files or ranges
+(no torch, nothing downloaded) and fails in the job's first second naming the field.
 
-PEFT finds out that a LoRA names no module of the model only when a training worker has loaded the base: on the
-tiny model 35 s into a job (the data prepared, the workers started), on a 7B after its load and quantization. And a
-typo beside a good name (``[q_prj, v_proj]``) never fails at all: the job trains half the adapters it was asked for.
-The names are in the weights' files, so the driver reads them first: each safetensors file starts with 8 bytes
-giving its JSON header's length, then the header, one entry per tensor with its shape. That is two small reads a
-file (ranged GETs on S3) and no import of torch. Read by hand because the ``safetensors`` package opens a whole file
-(memory-mapped, local only) to list its names, and a model on S3 would be downloaded first.
+- **Safetensors only** (``model.path``). rayft loads no pickled weights (``pytorch_model.bin``): unpickling a file
+  can run code, and a team may write the locations its models come from.
+- **The tokenizer within the embeddings** (``model.path``). A tokenizer with ids the model's ``vocab_size`` does
+  not reach (special tokens added, the embeddings never resized) makes the embedding lookup index past its
+  table: an IndexError in the worker on a CPU, a "device-side assert" that poisons the CUDA context on a GPU,
+  both after the data is prepared and the base loaded.
+- **LoRA names** (``lora.target_modules``, ``lora.modules_to_save``). PEFT finds out that a LoRA names no module of
+  the model only when a training worker has loaded the base: on the tiny model 35 s into a job, on a 7B after its
+  load and quantization. And a typo beside a good name (``[q_prj, v_proj]``) never fails at all: the job trains
+  half the adapters it was asked for (PEFT 0.21 warns of nothing). The names are in the weights' files: each
+  safetensors file starts with 8 bytes giving its JSON header's length, then the header, one entry per tensor
+  with its shape: two small reads a file (ranged GETs on S3). Read by hand because the ``safetensors`` package
+  opens a whole file (memory-mapped, local only) to list its names, and a model on S3 would be downloaded first.
+  The rule is PEFT's for a list of names: a module matches an entry that is its whole name or a dotted suffix of
+  it (``q_proj`` and ``self_attn.q_proj`` both match ``model.layers.0.self_attn.q_proj``). An entry must match a
+  module that holds a weight matrix (a linear layer or an embedding, which LoRA adapts), not only norms.
 
-The rule is PEFT's for a list of names: a module matches an entry that is its whole name or a dotted suffix of it
-(``q_proj`` and ``self_attn.q_proj`` both match ``model.layers.0.self_attn.q_proj``). An entry must match a module
-that holds a weight matrix (a linear layer or an embedding, which LoRA adapts), not only norms. A model stored
-without safetensors files is refused (``model.path``): its weights would be a pickle. A hub model not yet
-downloaded is not checked here: the worker's load says.
+A hub model not yet downloaded is not checked here (its load asks the hub for safetensors only).
 """
 
 from __future__ import annotations
@@ -35,11 +42,7 @@ ALWAYS_THERE = {"lm_head": 2}
 
 
 def check(spec: FineTuneSpec) -> None:
-    """Raise :class:`SpecError` naming ``lora.target_modules`` (or ``lora.modules_to_save``) when an entry matches
-    no module of ``spec.model.path`` that LoRA can adapt, and naming ``model.path`` when its directory holds no
-    safetensors weights: rayft loads no pickled weights (``pytorch_model.bin``), since unpickling a file can run
-    code and a team may write the locations its models come from. Nothing for a hub model not downloaded yet (its
-    load asks the hub for safetensors only)."""
+    """Raise :class:`SpecError` naming the field when ``spec.model.path`` fails a check above."""
     path = spec.model.path
     directory = model_directory(path, spec.model.revision)
     if directory is None:
@@ -53,6 +56,12 @@ def check(spec: FineTuneSpec) -> None:
                 "can run code when loaded: save the model with save_pretrained(), which writes safetensors",
             )
         return  # a hub snapshot with only some of its files downloaded yet
+    check_tokenizer(directory, path)
+    check_lora(spec, directory, files)
+
+
+def check_lora(spec: FineTuneSpec, directory: Location, files: list[str]) -> None:
+    """Each name of ``lora.target_modules`` and ``lora.modules_to_save`` against the modules in ``files``' headers."""
     lora = spec.lora
     targets = () if lora.target_modules == ("all-linear",) else lora.target_modules
     if not targets and not lora.modules_to_save:
@@ -79,6 +88,32 @@ def _hint(entry: str, modules: set[str]) -> str:
     close = difflib.get_close_matches(entry.rsplit(".", 1)[-1], leaves, n=1)
     shown = ", ".join(leaves[:16]) + (", ..." if len(leaves) > 16 else "")
     return (f"; did you mean '{close[0]}'?" if close else ";") + f" the model has: {shown}"
+
+
+def check_tokenizer(directory: Location, path: str) -> None:
+    """The highest id of ``tokenizer.json`` (its model's vocabulary and its added tokens) against ``config.json``'s
+    ``vocab_size``; nothing where either file or the number is missing (a slow tokenizer, a hub snapshot part-way)."""
+    try:
+        tokenizer = json.loads(directory.child("tokenizer.json").read_bytes())
+        config = json.loads(directory.child("config.json").read_bytes())
+    except FileNotFoundError:
+        return
+    except ValueError as exc:
+        raise SpecError("model.path", f"{path!r}: its tokenizer.json or config.json is not JSON ({exc})") from None
+    rows = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    vocab = (tokenizer.get("model") or {}).get("vocab") or {}
+    ids = list(vocab.values()) if isinstance(vocab, dict) else [len(vocab) - 1] if vocab else []
+    ids += [token["id"] for token in tokenizer.get("added_tokens") or () if isinstance(token.get("id"), int)]
+    if not isinstance(rows, int) or not ids or max(ids) < rows:
+        return
+    beyond = sorted(token.get("content", "?") for token in tokenizer.get("added_tokens") or () if token.get("id", -1) >= rows)
+    named = f" ({', '.join(beyond[:5])}{', ...' if len(beyond) > 5 else ''})" if beyond else ""
+    raise SpecError(
+        "model.path",
+        f"{path!r}: its tokenizer has ids up to {max(ids):,}{named} but the model's embeddings hold {rows:,} "
+        "(config.json vocab_size), so those tokens would index past them; resize the embeddings to the tokenizer "
+        "(model.resize_token_embeddings(len(tokenizer))) and save the model again",
+    )
 
 
 def model_directory(path: str, revision: str | None = None) -> Location | None:

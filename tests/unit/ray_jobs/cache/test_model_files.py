@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from ray_jobs.cache import model_names
+from ray_jobs.cache import model_files
 from ray_jobs.storage import location
 from rayft_contract.spec import SpecError
 
@@ -19,7 +19,7 @@ def lora(spec, targets=("all-linear",), save=()):
 
 def refused(spec) -> SpecError:
     with pytest.raises(SpecError) as info:
-        model_names.check(spec)
+        model_files.check(spec)
     return info.value
 
 
@@ -31,8 +31,8 @@ def test_a_typo_beside_a_good_name_is_refused_with_the_name_it_meant(tiny_spec):
 
 
 def test_names_match_as_peft_matches_them_whole_or_by_a_dotted_suffix(tiny_spec):
-    model_names.check(lora(tiny_spec, ["self_attn.q_proj", "model.layers.1.mlp.down_proj", "o_proj"]))
-    model_names.check(lora(tiny_spec, ["lm_head"], save=["embed_tokens"]))
+    model_files.check(lora(tiny_spec, ["self_attn.q_proj", "model.layers.1.mlp.down_proj", "o_proj"]))
+    model_files.check(lora(tiny_spec, ["lm_head"], save=["embed_tokens"]))
     assert refused(lora(tiny_spec, ["attn.q_proj"])).field == "lora.target_modules", "'attn' is not a whole name"
 
 
@@ -56,7 +56,7 @@ def test_a_head_tied_to_the_embeddings_and_so_not_in_the_file_can_be_named(tmp_p
         {name: tensor for name, tensor in weights.items() if not name.startswith("lm_head")}, str(model / "model.safetensors")
     )
     assert "lm_head" not in {name.split(".")[0] for name in load_file(str(model / "model.safetensors"))}
-    model_names.check(lora(tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model))), ["lm_head"]))
+    model_files.check(lora(tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model))), ["lm_head"]))
 
 
 def test_a_file_that_is_not_safetensors_is_named(tmp_path, tiny, tiny_spec):
@@ -112,7 +112,7 @@ def test_weights_in_several_files_are_all_read(tmp_path, tiny):
     names = sorted(weights)
     for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
         save_file({name: weights[name] for name in part}, str(model / f"model-0000{i + 1}-of-00002.safetensors"))
-    ranks = model_names.weight_ranks(location(str(model)))
+    ranks = model_files.weight_ranks(location(str(model)))
     assert {f"{name.rsplit('.', 1)[0]}" for name in names} <= set(ranks)
     assert ranks["model.layers.1.mlp.down_proj"] == 2 and ranks["model.norm"] == 1
 
@@ -128,6 +128,43 @@ def test_a_model_on_s3_is_checked_from_its_headers_alone(s3_server, s3_requests,
     with s3_requests() as got:
         error = refused(spec)
     assert "did you mean 'v_proj'?" in str(error)
-    read = [url for method, url in got if "/tiny/" in url]
-    assert read and all(url.endswith("/model.safetensors") for url in read), json.dumps(got)  # no other file is read
-    assert len(got) <= 4, json.dumps(got)  # a listing, then a HEAD and two ranged GETs at most
+    read = [(method, url.rsplit("/", 1)[-1]) for method, url in got if "/tiny/" in url]
+    assert {name for _, name in read} == {"tokenizer.json", "config.json", "model.safetensors"}, json.dumps(got)
+    assert read.count(("GET", "model.safetensors")) == 2, "the header's length, then the header: never the weights"
+    assert len(got) == 1 + len(read) == 8, json.dumps(got)  # a listing, a HEAD and a GET per small file, a HEAD and two ranges
+
+
+def with_model(spec, model):
+    return spec.replace(model=dataclasses.replace(spec.model, path=str(model)))
+
+
+def test_a_tokenizer_with_ids_past_the_embeddings_is_refused_naming_its_tokens(tmp_path, tiny, tiny_spec):
+    """Special tokens added to the tokenizer, the embeddings never resized: caught before the job's first token."""
+    model = tmp_path / "grown"
+    shutil.copytree(tiny / "model", model)
+    rows = json.loads((model / "config.json").read_text())["vocab_size"]
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    added = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    tokenizer["added_tokens"] += [{"id": rows, "content": "<|tool|>", **added}, {"id": rows + 1, "content": "<|/tool|>", **added}]
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    error = refused(with_model(tiny_spec, model))
+    assert error.field == "model.path"
+    assert f"its tokenizer has ids up to {rows + 1:,} (<|/tool|>, <|tool|>) but the model's embeddings hold {rows:,}" in str(
+        error
+    )
+    assert "resize_token_embeddings" in str(error)
+
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "vocab_size": rows + 64}))  # padded past it, as many models are
+    model_files.check(with_model(tiny_spec, model))
+
+
+def test_a_unigram_tokenizer_is_counted_by_its_list_and_a_slow_one_is_left_alone(tmp_path, tiny, tiny_spec):
+    model = tmp_path / "unigram"
+    shutil.copytree(tiny / "model", model)
+    rows = json.loads((model / "config.json").read_text())["vocab_size"]
+    unigram = {"model": {"type": "Unigram", "vocab": [[f"t{i}", -1.0] for i in range(rows + 1)]}, "added_tokens": []}
+    (model / "tokenizer.json").write_text(json.dumps(unigram))
+    assert f"ids up to {rows:,} but" in str(refused(with_model(tiny_spec, model)))
+    (model / "tokenizer.json").unlink()  # a sentencepiece tokenizer.model alone: not read here
+    model_files.check(with_model(tiny_spec, model))
