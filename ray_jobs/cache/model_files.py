@@ -19,6 +19,9 @@ embeddings hold, and a LoRA whose module names are the model's. Each check reads
   it (``q_proj`` and ``self_attn.q_proj`` both match ``model.layers.0.self_attn.q_proj``). An entry must match a
   module that holds a weight matrix (a linear layer or an embedding, which LoRA adapts), not only norms.
 
+- **Whole weight files** (``model.path``). Each file's size must be what its header says (8 bytes, the header, the
+  last tensor's end), as safetensors itself checks at load: a copy cut short fails here, not in the worker.
+
 A hub model not yet downloaded is not checked here (its load asks the hub for safetensors only).
 """
 
@@ -57,16 +60,14 @@ def check(spec: FineTuneSpec) -> None:
             )
         return  # a hub snapshot with only some of its files downloaded yet
     check_tokenizer(directory, path)
-    check_lora(spec, directory, files)
+    check_lora(spec, weight_ranks(directory, files))  # every header read, and each file's size checked against it
 
 
-def check_lora(spec: FineTuneSpec, directory: Location, files: list[str]) -> None:
-    """Each name of ``lora.target_modules`` and ``lora.modules_to_save`` against the modules in ``files``' headers."""
+def check_lora(spec: FineTuneSpec, shapes: dict[str, int]) -> None:
+    """Each name of ``lora.target_modules`` and ``lora.modules_to_save`` against the modules of ``shapes``
+    (:func:`weight_ranks`)."""
     lora = spec.lora
     targets = () if lora.target_modules == ("all-linear",) else lora.target_modules
-    if not targets and not lora.modules_to_save:
-        return
-    shapes = weight_ranks(directory, files)
     matrices = {module for module, rank in shapes.items() if rank >= 2}
     for entry in targets:
         found = [module for module in shapes if module == entry or module.endswith("." + entry)]
@@ -161,6 +162,14 @@ def _header(directory: Location, path: str) -> dict:
         if not 0 < length <= MAX_HEADER_BYTES or length + 8 > file.size():
             raise SpecError("model.path", f"{shown} is not a safetensors file (a header of {length:,} bytes); re-save the model")
         try:
-            return json.loads(file.read_at(length, 8))
-        except ValueError:
+            header = json.loads(file.read_at(length, 8))
+            end = max((entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"), default=0)
+        except (ValueError, KeyError, IndexError, TypeError):
             raise SpecError("model.path", f"{shown} has a damaged safetensors header; re-save the model") from None
+        if 8 + length + end != file.size():  # safetensors' own check, which the worker's load would fail on
+            raise SpecError(
+                "model.path",
+                f"{shown} holds {file.size():,} bytes where its header says {8 + length + end:,}: a copy cut short "
+                "or added to; copy the model again",
+            )
+        return header

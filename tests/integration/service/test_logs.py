@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -45,24 +46,25 @@ def policy(tmp_path, tiny) -> Path:
 
 
 def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny, tiny_spec, ray_cluster, tmp_path):
-    """A model whose weights file was cut short (an upload that stopped) passes the driver's checks, which read
-    only its header, and fails in the training worker's load: the job's message names the worker's error (not
-    Ray Train's "Training failed due to worker errors:"), and its log has the traceback."""
+    """A model whose config.json does not fit its weights (a larger MLP) passes the driver's checks, which read the
+    files' names and sizes, and fails in the training worker's load: the job's message names the worker's error
+    (not Ray Train's "Training failed due to worker errors:"), and its log has the traceback."""
     from ray.job_submission import JobSubmissionClient
 
-    cut = tmp_path / "models" / "cut"
-    shutil.copytree(tiny / "model", cut)
-    os.truncate(cut / "model.safetensors", (cut / "model.safetensors").stat().st_size - 4096)
+    misfit = tmp_path / "models" / "misfit"
+    shutil.copytree(tiny / "model", misfit)
+    config = json.loads((misfit / "config.json").read_text())
+    (misfit / "config.json").write_text(json.dumps({**config, "intermediate_size": config["intermediate_size"] + 8}))
     a, b = Client(server.address, tokens["team-a"]), Client(server.address, tokens["team-b"])
     bad = tiny_job(tiny_spec, "svc-logs")
-    job = a.submit(bad.replace(model=dataclasses.replace(bad.model, path=str(cut))))
+    job = a.submit(bad.replace(model=dataclasses.replace(bad.model, path=str(misfit))))
     assert states(a.watch(job.id))[-1] == "FAILED"
-    assert a.get(job.id).message.startswith("rank 0: SafetensorError: Error while deserializing header"), a.get(job.id)
+    assert a.get(job.id).message.startswith("rank 0: RuntimeError: You set `ignore_mismatched_sizes` to `False`"), a.get(job.id)
 
     logs = a.logs(job.id)
     text = "\n".join(logs.lines)
     assert logs.job_id == job.id and logs.lines_before == 0  # a short log: all of it
-    assert "job failed" in text and "Traceback (most recent call last)" in text and "SafetensorError" in text
+    assert "job failed" in text and "Traceback (most recent call last)" in text and "ignore_mismatched_sizes" in text
     ticket = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env["env_vars"]["RAYFT_LAUNCH_TICKET"]
     assert ticket not in text
 

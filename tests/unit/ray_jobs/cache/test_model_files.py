@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 
 import pytest
@@ -68,6 +69,16 @@ def test_a_file_that_is_not_safetensors_is_named(tmp_path, tiny, tiny_spec):
     assert error.field == "model.path" and "model.safetensors is not a safetensors file" in str(error)
     (model / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{]")
     assert "damaged safetensors header" in str(refused(spec))
+
+
+def test_a_weights_file_cut_short_is_refused_before_the_load_would_fail_on_it(tmp_path, tiny, tiny_spec):
+    model = tmp_path / "cut"
+    shutil.copytree(tiny / "model", model)
+    whole = (model / "model.safetensors").stat().st_size
+    os.truncate(model / "model.safetensors", whole - 4096)
+    error = refused(with_model(tiny_spec, model))  # all-linear: the headers are read for every job
+    assert error.field == "model.path"
+    assert f"model.safetensors holds {whole - 4096:,} bytes where its header says {whole:,}: a copy cut short" in str(error)
 
 
 class Planted:
