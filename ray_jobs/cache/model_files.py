@@ -52,7 +52,7 @@ def check(spec: FineTuneSpec) -> None:
         return
     files = weight_files(directory)
     if not files:
-        if path.startswith("s3://") or os.path.isdir(os.path.expanduser(path)):
+        if _names_a_directory(path):
             raise SpecError(
                 "model.path",
                 f"{path!r} holds no *.safetensors weights; rayft loads no pickled weights (pytorch_model.bin), which "
@@ -122,12 +122,17 @@ def model_directory(path: str, revision: str | None = None) -> Location | None:
     cache (``None`` where it is not downloaded yet)."""
     from ray_jobs.storage import location
 
-    if path.startswith("s3://") or os.path.isdir(os.path.expanduser(path)):
+    if _names_a_directory(path):
         return location(path)
     from huggingface_hub import try_to_load_from_cache
 
     config = try_to_load_from_cache(path, "config.json", revision=revision)
     return location(os.path.dirname(config)) if isinstance(config, str) else None
+
+
+def _names_a_directory(path: str) -> bool:
+    """``model.path`` is the model's own folder (local or S3), not a hub id whose snapshot may be part-way."""
+    return path.startswith("s3://") or os.path.isdir(os.path.expanduser(path))
 
 
 def weight_files(directory: Location) -> list[str]:

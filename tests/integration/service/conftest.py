@@ -14,11 +14,13 @@ from tests.integration.service.harness import Server, running_ray_jobs, wait_for
 
 @pytest.fixture
 def policy(tmp_path, tiny) -> Path:
-    """Every team writes under tmp_path/outputs/{team} and reads the tiny assets and tmp_path/data."""
+    """Every team writes under tmp_path/outputs/{team}, reads the tiny assets and tmp_path/data, and models from the
+    tiny assets and tmp_path/models."""
     import yaml
 
     path = tmp_path / "policy.yaml"
-    default = {"output_root": f"{tmp_path}/outputs/{{team}}", "data": [str(tiny), f"{tmp_path}/data"], "models": [str(tiny)]}
+    models = [str(tiny), f"{tmp_path}/models"]
+    default = {"output_root": f"{tmp_path}/outputs/{{team}}", "data": [str(tiny), f"{tmp_path}/data"], "models": models}
     path.write_text(yaml.safe_dump({"default": default}))
     return path
 

@@ -12,11 +12,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 
 from rayft.client import Client
 from rayft_contract.states import JobState
@@ -34,15 +32,6 @@ def rpc_error(call) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as info:
         call()
     return info.value
-
-
-@pytest.fixture
-def policy(tmp_path, tiny) -> Path:
-    """The service's policy, with ``tmp_path/models`` among the models a team may read."""
-    path = tmp_path / "policy.yaml"
-    default = {"output_root": f"{tmp_path}/outputs/{{team}}", "data": [str(tiny)], "models": [str(tiny), f"{tmp_path}/models"]}
-    path.write_text(yaml.safe_dump({"default": default}))
-    return path
 
 
 def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny, tiny_spec, ray_cluster, tmp_path):
