@@ -1,8 +1,10 @@
-"""This process's side of the SQLite store's locking: its writer lock, with a timeout that answers "busy",
-and the transaction that holds it (``service.store_sqlite``)."""
+"""This process's side of the SQLite store's locking and faults: its writer lock, with a timeout that answers
+"busy", the transaction that holds it, and the decorator that turns SQLite's errors into ``StoreError``
+(``service.store_sqlite``, ``service.store_tokens``)."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from typing import Any
@@ -67,3 +69,27 @@ class Transaction:
                     self.db.execute("ROLLBACK")
             finally:
                 self.lock.release()
+
+
+def _faults(method):  # noqa: ANN001, ANN202 - a decorator: SQLite's exceptions become StoreError
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            name = getattr(exc, "sqlite_errorname", "")  # SQLITE_BUSY, SQLITE_FULL, ... (extended codes too)
+            if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                message = f"the job store is locked by another writer for over {LOCK_TIMEOUT_S:.0f} s; retry"
+                raise StoreError("busy", message) from exc
+            if name.startswith("SQLITE_FULL"):
+                raise StoreError("full", "the service's disk is full: nothing was stored; retry once space is freed") from exc
+            raise StoreError("broken", f"the job store cannot be written or read ({exc})") from exc
+
+    return wrapper
+
+
+def with_faults(cls):  # noqa: ANN001, ANN202 - every public method of cls: SQLite errors leave as StoreError
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_"):
+            setattr(cls, name, _faults(value))
+    return cls

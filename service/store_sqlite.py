@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import sqlite3
 import threading
@@ -24,8 +23,9 @@ from typing import Any
 
 from rayft_contract.records import StateChange
 from rayft_contract.states import TERMINAL, JobState, TransitionError
-from service.sqlite_locks import LOCK_TIMEOUT_S, Shared, Transaction, WriterLock
-from service.store import EventRecord, JobRecord, ReportOutOfOrder, StoreError, TokenRecord
+from service.sqlite_locks import LOCK_TIMEOUT_S, Shared, Transaction, WriterLock, with_faults
+from service.store import EventRecord, JobRecord, ReportOutOfOrder, StoreError
+from service.store_tokens import SqliteTokens
 
 MIGRATIONS = [
     # 1: jobs, events, tokens
@@ -57,36 +57,10 @@ MIGRATIONS = [
 ]
 _TERMINAL = sorted(s.value for s in TERMINAL)
 _UPDATABLE = {"ray_submission_id", "summary", "report_token_hash"}
-TOKEN_ID_LEN = 12
-"""Hex digits of a token's hash that name it (48 bits: unique among any operator's tokens)."""
 
 
-def _faults(method):  # noqa: ANN001, ANN202 - a decorator: SQLite's exceptions become StoreError
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        try:
-            return method(*args, **kwargs)
-        except sqlite3.DatabaseError as exc:
-            name = getattr(exc, "sqlite_errorname", "")  # SQLITE_BUSY, SQLITE_FULL, ... (extended codes too)
-            if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-                message = f"the job store is locked by another writer for over {LOCK_TIMEOUT_S:.0f} s; retry"
-                raise StoreError("busy", message) from exc
-            if name.startswith("SQLITE_FULL"):
-                raise StoreError("full", "the service's disk is full: nothing was stored; retry once space is freed") from exc
-            raise StoreError("broken", f"the job store cannot be written or read ({exc})") from exc
-
-    return wrapper
-
-
-def _with_faults(cls):  # noqa: ANN001, ANN202
-    for name, value in list(vars(cls).items()):
-        if callable(value) and not name.startswith("_"):
-            setattr(cls, name, _faults(value))
-    return cls
-
-
-@_with_faults
-class SqliteJobStore:
+@with_faults
+class SqliteJobStore(SqliteTokens):
     def __init__(self, path: str | Path):
         if str(path) != ":memory:":  # the service's user alone reads the store (tokens, every team's specs)
             Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -313,44 +287,6 @@ class SqliteJobStore:
         events = [EventRecord(r["job_id"], r["seq"], r["time"], r["kind"], json.loads(r["data"])) for r in rows]
         return events, rows[-1]["rowid"] if rows else position
 
-    # -- tokens ------------------------------------------------------------------------------
-
-    def add_token(self, team: str, token_hash: str, expires_at: float | None = None) -> TokenRecord:
-        now = time.time()
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO tokens (token_hash, team, created_at, expires_at) VALUES (?,?,?,?)",
-                (token_hash, team, now, expires_at),
-            )
-        return TokenRecord(token_hash[:TOKEN_ID_LEN], team, now, expires_at, None)
-
-    def team_for_token(self, token_hash: str) -> str | None:
-        with self._read() as db:
-            row = db.execute(
-                "SELECT team FROM tokens WHERE token_hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
-                (token_hash, time.time()),
-            ).fetchone()
-        return row["team"] if row else None
-
-    def tokens(self, team: str | None = None) -> list[TokenRecord]:
-        sql, args = "SELECT * FROM tokens", []
-        if team is not None:
-            sql, args = sql + " WHERE team = ?", [team]
-        with self._read() as db:
-            rows = db.execute(sql + " ORDER BY created_at", args).fetchall()
-        return [_token(r) for r in rows]
-
-    def revoke_token(self, token_id: str) -> TokenRecord | None:
-        if len(token_id) != TOKEN_ID_LEN:  # a shorter prefix could name several tokens
-            return None
-        with self._tx() as db:
-            db.execute(
-                "UPDATE tokens SET revoked_at = ? WHERE substr(token_hash, 1, ?) = ? AND revoked_at IS NULL",
-                (time.time(), TOKEN_ID_LEN, token_id),
-            )
-            row = db.execute("SELECT * FROM tokens WHERE substr(token_hash, 1, ?) = ?", (TOKEN_ID_LEN, token_id)).fetchone()
-        return _token(row) if row else None
-
     def close(self) -> None:
         with WriterLock(self._lock):
             self._db.close()
@@ -358,10 +294,6 @@ class SqliteJobStore:
             for reader in self._readers:
                 reader.close()
             self._readers.clear()
-
-
-def _token(row: sqlite3.Row) -> TokenRecord:
-    return TokenRecord(row["token_hash"][:TOKEN_ID_LEN], row["team"], row["created_at"], row["expires_at"], row["revoked_at"])
 
 
 _WITHOUT_SPEC = ", ".join(
