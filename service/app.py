@@ -27,6 +27,7 @@ from service.policy import PathPolicy
 from service.progress import JobEvents
 from service.reconciler import Reconciler
 from service.reporting import JobReportingServicer
+from service.retention import EventRetention
 from service.server import KEEPALIVE, MAX_MESSAGE_BYTES, FineTuningServicer, bind, server_credentials
 from service.settings import ServiceSettings
 from service.store import AsyncJobStore, JobStore
@@ -51,14 +52,17 @@ class Service:
         task: asyncio.Task,
         watch: WatchProcess | None = None,
         supervisor: asyncio.Task | None = None,
+        retention: asyncio.Task | None = None,
     ):
         self.servers, self.port, self.report_port, self.health = servers, port, report_port, health_servicer
         self.reconciler, self.task, self.watch, self.supervisor = reconciler, task, watch, supervisor
+        self.retention = retention
 
     async def stop(self, grace: float) -> None:
         await self.health.enter_graceful_shutdown()
-        if self.supervisor is not None:
-            self.supervisor.cancel()
+        for task in (self.supervisor, self.retention):
+            if task is not None:  # a thinning transaction in flight finishes in its thread; the store closes after
+                task.cancel()
         # The watch process's streams get the same grace, at the same time as the API's calls.
         watch_stopped = asyncio.create_task(asyncio.to_thread(self.watch.stop, grace)) if self.watch is not None else None
         for server in self.servers:
@@ -149,6 +153,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     task = asyncio.create_task(reconciler.run_forever(), name="reconciler")
     supervisor = asyncio.create_task(watch.supervise(), name="watch-supervisor") if watch is not None else None
+    retention = asyncio.create_task(EventRetention(store, settings.events_keep_days).run_forever(), name="event-retention")
     log.info(
         "rayft service on %s:%d (%s; streams %s; jobs report to %s; Ray %s, auth %s, %s)",
         settings.host,
@@ -162,7 +167,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         if policy.enforce
         else "no path policy: one person's service, spec paths used as given",
     )
-    return Service(servers, port, report_port, health_servicer, reconciler, task, watch, supervisor)
+    return Service(servers, port, report_port, health_servicer, reconciler, task, watch, supervisor, retention)
 
 
 async def serve(settings: ServiceSettings, store: JobStore, policy: PathPolicy, ready: asyncio.Event | None = None) -> None:

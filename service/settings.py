@@ -93,6 +93,9 @@ class ServiceSettings:
     waits; a job that does not take one stands the pool down first. 0: none."""
     warm_idle_s: float = 600.0
     """How long warm workers wait for a job before they stop and free their GPUs (``RAYFT_WARM_IDLE_S``)."""
+    events_keep_days: float = 30.0
+    """Days an ended job keeps every progress event (``RAYFT_EVENTS_KEEP_DAYS``); then they are thinned to 100, its
+    other events kept (``service/retention.py``: the store would otherwise only grow). 0: keep every event."""
     reconcile_interval_s: float = 2.0
     """How often queued jobs are launched and running ones checked against Ray."""
     grace_s: float = 10.0
@@ -120,6 +123,10 @@ class ServiceSettings:
         for name, (variable, least) in QUOTAS.items():
             if getattr(self, name) < least:
                 raise ValueError(f"{name} ({variable}): {least} or more, not {getattr(self, name)!r}")
+        if not self.events_keep_days >= 0:
+            raise ValueError(
+                f"events_keep_days (RAYFT_EVENTS_KEEP_DAYS): days, 0 (keep every event) or more, not {self.events_keep_days!r}"
+            )
         if self.cluster_gpus is not None and not self.cluster_gpus >= 0:
             raise ValueError(f"cluster_gpus (RAYFT_CLUSTER_GPUS): a number of GPUs, 0 or more, not {self.cluster_gpus!r}")
 
@@ -172,6 +179,7 @@ class ServiceSettings:
             "cluster_gpus": float(env["RAYFT_CLUSTER_GPUS"]) if env.get("RAYFT_CLUSTER_GPUS") else None,
             "warm_workers": int(env.get("RAYFT_WARM_WORKERS") or cls.warm_workers),
             "warm_idle_s": float(env.get("RAYFT_WARM_IDLE_S") or cls.warm_idle_s),
+            "events_keep_days": float(env.get("RAYFT_EVENTS_KEEP_DAYS") or cls.events_keep_days),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         values["data_dir"] = Path(values["data_dir"])  # type: ignore[arg-type]

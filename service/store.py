@@ -102,6 +102,11 @@ class JobStore(Protocol):
 
     def events(self, job_id: str, after_seq: int = 0, limit: int = 1000) -> list[EventRecord]: ...
 
+    def thin_events(self, ended_before: float, keep_progress: int, jobs: int = 100) -> tuple[int, int]:
+        """Thin the progress events of up to ``jobs`` jobs that ended before ``ended_before`` and were not thinned
+        yet, each to at most ``keep_progress`` (2 or more): its first, its last and evenly spaced ones between; every
+        other event stays. Returns (jobs thinned, events deleted). The store's newest event is never deleted."""
+
     def log_position(self) -> int:
         """Where the log of every job's events ends now: a cursor for ``events_since``."""
 

@@ -54,6 +54,10 @@ MIGRATIONS = [
     ALTER TABLE tokens ADD COLUMN expires_at REAL;
     ALTER TABLE tokens ADD COLUMN revoked_at REAL;
     """,
+    # 4: an ended job's progress events are thinned once, long after it ended (``thin_events``)
+    """
+    ALTER TABLE jobs ADD COLUMN events_thinned_at REAL;
+    """,
 ]
 _TERMINAL = sorted(s.value for s in TERMINAL)
 _UPDATABLE = {"ray_submission_id", "summary", "report_token_hash"}
@@ -275,13 +279,41 @@ class SqliteJobStore(SqliteTokens):
             )
             return [EventRecord(r["job_id"], r["seq"], r["time"], r["kind"], json.loads(r["data"])) for r in rows.fetchall()]
 
+    def thin_events(self, ended_before: float, keep_progress: int, jobs: int = 100) -> tuple[int, int]:
+        """One transaction a job, so the writer lock is never held for more than one job's deletes. A job's newest
+        event is a state change or its last progress event, both kept, so the table's newest row is never
+        deleted and SQLite never hands out its rowid again (``events_since`` relies on that)."""
+        terminal = _TERMINAL
+        with self._read() as db:
+            ids = [
+                row[0]
+                for row in db.execute(
+                    f"SELECT id FROM jobs WHERE state IN ({','.join('?' * len(terminal))}) AND updated_at < ? "
+                    "AND events_thinned_at IS NULL ORDER BY updated_at LIMIT ?",
+                    [*terminal, ended_before, jobs],
+                )
+            ]
+        deleted = 0
+        for job_id in ids:
+            with self._tx() as db:
+                seqs = [
+                    r[0]
+                    for r in db.execute("SELECT seq FROM events WHERE job_id = ? AND kind = 'progress' ORDER BY seq", (job_id,))
+                ]
+                kept = _evenly_spaced(len(seqs), keep_progress)
+                drop = [seq for i, seq in enumerate(seqs) if i not in kept]
+                db.executemany("DELETE FROM events WHERE job_id = ? AND seq = ?", [(job_id, seq) for seq in drop])
+                db.execute("UPDATE jobs SET events_thinned_at = ? WHERE id = ?", (time.time(), job_id))
+                deleted += len(drop)
+        return len(ids), deleted
+
     def log_position(self) -> int:
         with self._read() as db:
             return db.execute("SELECT COALESCE(MAX(rowid), 0) FROM events").fetchone()[0]
 
     def events_since(self, position: int, limit: int = 1000) -> tuple[list[EventRecord], int]:
         # SQLite gives each row a rowid above every row stored before it, and one writer at a time commits:
-        # a reader that sees rowid N has seen every row below it. Events are never deleted.
+        # a reader that sees rowid N has seen every row below it. The newest row is never deleted (``thin_events``).
         with self._read() as db:
             rows = db.execute("SELECT rowid, * FROM events WHERE rowid > ? ORDER BY rowid LIMIT ?", (position, limit)).fetchall()
         events = [EventRecord(r["job_id"], r["seq"], r["time"], r["kind"], json.loads(r["data"])) for r in rows]
@@ -310,3 +342,12 @@ def _job(row: sqlite3.Row) -> JobRecord:
     data["spec"] = json.loads(data["spec"])
     data["summary"] = json.loads(data["summary"]) if data["summary"] else None
     return JobRecord(**{f.name: data[f.name] for f in dataclasses.fields(JobRecord)})
+
+
+def _evenly_spaced(count: int, keep: int) -> set[int]:
+    """Which of ``count`` items to keep, at most ``keep`` (2 or more): the first, the last and evenly spaced ones."""
+    if keep < 2:
+        raise ValueError(f"keep_progress: 2 or more (the first and the last), not {keep}")
+    if count <= keep:
+        return set(range(count))
+    return {round(i * (count - 1) / (keep - 1)) for i in range(keep)}

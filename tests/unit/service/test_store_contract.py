@@ -120,6 +120,60 @@ def test_the_whole_log_is_followed_in_the_order_it_was_stored_from_a_position(st
     assert [(e.job_id, e.seq) for e in store.events_since(middle)[0]] == [(b.id, 1), (b.id, 2), (a.id, 2)]
 
 
+def _ended_job_with_progress(store, steps, state=JobState.SUCCEEDED):
+    job, _ = store.create(record())
+    store.transition(job.id, JobState.STARTING)
+    store.transition(job.id, JobState.RUNNING)
+    for step in range(1, steps + 1):
+        store.append_event(job.id, "progress", {"step": step})
+        if step == 3:
+            store.append_event(job.id, "phase", {"phase": "training"})
+    store.append_report(job.id, 1, "summary", {"steps": steps})
+    if state is not JobState.RUNNING:
+        store.transition(job.id, state, "done")
+    return job
+
+
+def test_an_ended_job_keeps_its_first_last_and_evenly_spaced_progress_and_every_other_event_when_thinned(store):
+    job = _ended_job_with_progress(store, 250)
+    before = store.events(job.id)
+    assert store.thin_events(time.time() + 1, keep_progress=6) == (1, 244)
+    after = store.events(job.id)
+    assert [e.data["step"] for e in after if e.kind == "progress"] == [1, 51, 101, 150, 200, 250]
+    others = [(e.seq, e.kind, e.data) for e in before if e.kind != "progress"]
+    assert [(e.seq, e.kind, e.data) for e in after if e.kind != "progress"] == others  # states, phase, summary
+    assert [kind for _, kind, _ in others] == ["state", "state", "state", "phase", "summary", "state"]
+    assert store.get(job.id).summary == {"steps": 250} and store.get(job.id).last_seq == before[-1].seq
+    assert store.thin_events(time.time() + 1, keep_progress=6) == (0, 0)  # once a job
+
+
+def test_only_jobs_that_ended_before_the_cutoff_are_thinned_a_page_at_a_time(store):
+    running = _ended_job_with_progress(store, 20, state=JobState.RUNNING)
+    old = [_ended_job_with_progress(store, 20, state=s) for s in (JobState.FAILED, JobState.CANCELLED)]
+    cutoff = time.time() + 0.001
+    while time.time() <= cutoff:  # the next job ends after the cutoff, on any clock resolution
+        time.sleep(0.001)
+    recent = _ended_job_with_progress(store, 20)
+    assert store.thin_events(cutoff, keep_progress=2, jobs=1) == (1, 18)
+    assert store.thin_events(cutoff, keep_progress=2, jobs=5) == (1, 18)
+    progress = {j.id: sum(e.kind == "progress" for e in store.events(j.id)) for j in (running, *old, recent)}
+    assert progress == {running.id: 20, old[0].id: 2, old[1].id: 2, recent.id: 20}
+    with pytest.raises(ValueError, match="keep_progress"):
+        store.thin_events(time.time() + 1, keep_progress=1)
+
+
+def test_a_thinned_store_never_gives_a_new_event_a_position_a_follower_has_read(store):
+    job = _ended_job_with_progress(store, 30)
+    late = store.append_event(job.id, "progress", {"step": 31})  # a report that came after the end: the newest row
+    position = store.log_position()
+    assert store.thin_events(time.time() + 1, keep_progress=2) == (1, 29)
+    assert [e.data["step"] for e in store.events(job.id) if e.kind == "progress"] == [1, 31]
+    other, _ = store.create(record())
+    events, _ = store.events_since(position)
+    assert [(e.job_id, e.seq) for e in events] == [(other.id, 1)]  # not a rowid SQLite freed and gave again
+    assert store.events(job.id)[-1] == late
+
+
 def test_reports_are_stored_once(store):
     job, _ = store.create(record())
     assert store.append_report(job.id, 1, "progress", {"step": 1}).seq == 2
