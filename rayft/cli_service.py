@@ -6,7 +6,7 @@
     rayft backup DEST.db [--data-dir DIR]                                # the job store, while the service runs
     rayft submit SPEC.yaml [--watch] [--idempotency-key K]
     rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] | rayft cancel JOB
-    rayft logs JOB [--tail N]                                            # the last lines of the job's log
+    rayft logs JOB [--tail N] [--follow]                                 # the last lines of the job's log
 
 Clients read ``RAYFT_ADDRESS`` (default 127.0.0.1:50051) and ``RAYFT_TOKEN``.
 """
@@ -74,6 +74,7 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p = sub.add_parser("logs", help="the last lines of a job's log (a failure's traceback)")
     p.add_argument("job_id")
     p.add_argument("-n", "--tail", type=int, default=0, help="this many lines (default 200, at most 10000)")
+    p.add_argument("-f", "--follow", action="store_true", help="then every new line as the job writes it, until it ends")
     p.set_defaults(command=cmd_logs)
 
     p = sub.add_parser("list", help="list the team's jobs")
@@ -248,6 +249,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    if args.follow:
+        lines = _client().follow_logs(args.job_id, args.tail)
+        while (line := _rpc(lambda: next(lines, None))) is not None:
+            print(line, flush=True)
+        return 0
     logs = _rpc(lambda: _client().logs(args.job_id, args.tail))
     if logs.lines_before:
         print(f"({logs.lines_before:,} earlier lines not shown; --tail N shows more)", file=sys.stderr)

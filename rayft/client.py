@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -18,8 +19,9 @@ from typing import Any
 import grpc
 
 from rayft_contract.channel import WATCH_ADDRESS_KEY, TlsConfig, channel, watch_target
-from rayft_contract.convert import spec_to_proto
+from rayft_contract.convert import spec_to_proto, state_from_proto
 from rayft_contract.spec import FineTuneSpec
+from rayft_contract.states import TERMINAL
 from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 
@@ -81,10 +83,40 @@ class Client:
     def cancel(self, job_id: str) -> pb.Job:
         return self._stub.CancelJob(pb.CancelJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
 
-    def logs(self, job_id: str, tail_lines: int = 0) -> pb.JobLogs:
-        """The last ``tail_lines`` lines of the job's log (0: the service's default, 200), and how many came before."""
-        request = pb.GetJobLogsRequest(job_id=job_id, tail_lines=tail_lines)
+    def logs(self, job_id: str, tail_lines: int = 0, from_line: int | None = None) -> pb.JobLogs:
+        """The last ``tail_lines`` lines of the job's log (0: the service's default, 200), and how many came before;
+        or, with ``from_line``, the lines from that one on (0 is the first) and how many the limits left after."""
+        request = pb.GetJobLogsRequest(job_id=job_id, tail_lines=tail_lines, from_line=from_line)
         return self._stub.GetJobLogs(request, metadata=self._metadata, timeout=60)
+
+    def follow_logs(self, job_id: str, tail_lines: int = 0, poll_s: float = 2.0) -> Iterator[str]:
+        """The job's log as it grows, a line at a time, until the job has ended: its last ``tail_lines`` lines
+        first (0: the service's 200), then every later line once, in order. It waits while the job is not on Ray
+        yet, and through a busy or restarting service (RESOURCE_EXHAUSTED, UNAVAILABLE); other errors raise.
+
+        It asks for the lines after the last it got every ``poll_s`` (``GetJobLogs`` with ``from_line``), as a
+        unary call: the service reads the log from Ray's dashboard, which gives a log whole, not a stream, and
+        a call is what the team's quota of log reads counts. The job's state is read before each read, so the
+        read after the job ended is its last and has every line of a job that succeeded or failed (Ray ends
+        a job once its driver has exited). A cancelled job may write a few lines more while Ray stops it."""
+        position: int | None = None
+        while True:
+            ended = state_from_proto(self.get(job_id).state) in TERMINAL
+            try:
+                logs = self.logs(job_id, tail_lines) if position is None else self.logs(job_id, from_line=position)
+            except grpc.RpcError as exc:
+                not_on_ray = exc.code() == grpc.StatusCode.FAILED_PRECONDITION and not ended
+                if not (not_on_ray or exc.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)):
+                    raise
+                time.sleep(poll_s)
+                continue
+            yield from logs.lines
+            position = logs.lines_before + len(logs.lines)
+            if logs.lines_after:  # more than one call's limits: the rest at once
+                continue
+            if ended:
+                return
+            time.sleep(poll_s)
 
     @property
     def watch_address(self) -> str:
@@ -128,8 +160,6 @@ class Client:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
                 self._forget_watch()  # ask the API port again: the service may have moved its streams
-                import time
-
                 time.sleep(1.0)  # the service is restarting: reconnect from the last seq seen
 
     def _forget_watch(self) -> None:

@@ -25,11 +25,34 @@ def tail(text: str, lines: int) -> tuple[list[str], int]:
     kept: list[str] = []
     size = 0
     for line in reversed(every[-lines:] if lines else []):
-        if len(line) > MAX_LINE_CHARS:
-            line = f"{line[:MAX_LINE_CHARS]}... ({len(line) - MAX_LINE_CHARS:,} characters cut)"
+        line = _cut(line)
         size += len(line.encode()) + 1
         if size > MAX_BYTES:
             break
         kept.append(line)
     kept.reverse()
     return kept, len(every) - len(kept)
+
+
+def since(text: str, from_line: int) -> tuple[list[str], int]:
+    """The lines of ``text`` from ``from_line`` on (0 is the first), oldest first, as many as fit in :data:`MAX_LINES`
+    and :data:`MAX_BYTES`, each cut to :data:`MAX_LINE_CHARS`; and how many lines of the log come after them.
+    ``IndexError`` past the log's end (at its end: no lines)."""
+    every = text.splitlines()
+    if not 0 <= from_line <= len(every):
+        raise IndexError(f"from_line: {from_line:,} is past the log's end, its line {len(every):,}")
+    kept: list[str] = []
+    size = 0
+    for line in every[from_line : from_line + MAX_LINES]:
+        line = _cut(line)
+        size += len(line.encode()) + 1
+        if size > MAX_BYTES and kept:  # one line always goes, so a follower never stalls on a long one
+            break
+        kept.append(line)
+    return kept, len(every) - from_line - len(kept)
+
+
+def _cut(line: str) -> str:
+    if len(line) > MAX_LINE_CHARS:
+        return f"{line[:MAX_LINE_CHARS]}... ({len(line) - MAX_LINE_CHARS:,} characters cut)"
+    return line

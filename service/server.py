@@ -289,6 +289,12 @@ class FineTuningServicer(TeamServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"tail_lines: between 1 and {job_logs.MAX_LINES:,} (0: {job_logs.DEFAULT_LINES})",
             )
+        following = request.HasField("from_line")
+        if following and (request.tail_lines or request.from_line < 0):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "from_line: a line number, 0 or more, and no tail_lines with it (the lines from it on are given)",
+            )
         if self.log_reads[team] >= self.settings.max_log_reads_per_team:  # before the store: a refusal costs no read
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -315,8 +321,14 @@ class FineTuningServicer(TeamServicer):
                 grpc.StatusCode.NOT_FOUND,
                 f"job_id: Ray no longer holds the log of job {job.id} (the cluster it ran on was replaced); its events remain",
             )
-        lines, before = job_logs.tail(text, request.tail_lines or job_logs.DEFAULT_LINES)
-        return pb.JobLogs(job_id=job.id, lines=lines, lines_before=before)
+        if not following:
+            lines, before = job_logs.tail(text, request.tail_lines or job_logs.DEFAULT_LINES)
+            return pb.JobLogs(job_id=job.id, lines=lines, lines_before=before)
+        try:
+            lines, after = job_logs.since(text, request.from_line)
+        except IndexError as exc:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+        return pb.JobLogs(job_id=job.id, lines=lines, lines_before=request.from_line, lines_after=after)
 
     async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.JobEvent]:
         if self.watch_address:  # before the token is read: sending a caller on costs this process nothing

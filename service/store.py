@@ -56,7 +56,8 @@ class JobRecord:
 class EventRecord:
     job_id: str
     seq: int
-    """1, 2, 3, ... per job, without gaps."""
+    """1, 2, 3, ... per job, without gaps as stored; gaps only where an ended job's progress was thinned
+    (``service/retention.py``)."""
     time: float
     kind: str
     """``state`` (the service's own) or one of the kinds a job reports (``rayft_contract.events.REPORTABLE``)."""

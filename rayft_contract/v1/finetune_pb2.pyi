@@ -288,22 +288,26 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class GetJobLogsRequest(_message.Message):
-    __slots__ = ("job_id", "tail_lines")
+    __slots__ = ("job_id", "tail_lines", "from_line")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    FROM_LINE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tail_lines: int
-    def __init__(self, job_id: _Optional[str] = ..., tail_lines: _Optional[int] = ...) -> None: ...
+    from_line: int
+    def __init__(self, job_id: _Optional[str] = ..., tail_lines: _Optional[int] = ..., from_line: _Optional[int] = ...) -> None: ...
 
 class JobLogs(_message.Message):
-    __slots__ = ("job_id", "lines", "lines_before")
+    __slots__ = ("job_id", "lines", "lines_before", "lines_after")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LINES_FIELD_NUMBER: _ClassVar[int]
     LINES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    LINES_AFTER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     lines: _containers.RepeatedScalarFieldContainer[str]
     lines_before: int
-    def __init__(self, job_id: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ..., lines_before: _Optional[int] = ...) -> None: ...
+    lines_after: int
+    def __init__(self, job_id: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ..., lines_before: _Optional[int] = ..., lines_after: _Optional[int] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id", "after_seq")

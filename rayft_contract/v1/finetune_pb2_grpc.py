@@ -117,8 +117,10 @@ class FineTuningServicer:
         """The last lines of a job's log (unary): what the job's driver wrote on the Ray cluster, its phases and,
         for a failed job, the traceback its failure event gives the first line of. Read from Ray while the
         cluster holds the job. Errors: NOT_FOUND (no such job; or Ray no longer holds its log),
-        FAILED_PRECONDITION (the job has not started: no log yet), INVALID_ARGUMENT (tail_lines),
-        RESOURCE_EXHAUSTED (the team's log reads in flight), UNAVAILABLE (Ray unreachable), UNAUTHENTICATED.
+        FAILED_PRECONDITION (the job has not started: no log yet), INVALID_ARGUMENT (tail_lines, from_line),
+        OUT_OF_RANGE (from_line past the log's end), RESOURCE_EXHAUSTED (the team's log reads in flight),
+        UNAVAILABLE (Ray unreachable), UNAUTHENTICATED. Following a running job's log is calling it again
+        with from_line (`rayft logs --follow`, rayft.client.Client.follow_logs).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -34,10 +34,13 @@ def rpc_error(call) -> grpc.RpcError:
     return info.value
 
 
-def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens, tiny, tiny_spec, ray_cluster, tmp_path):
+def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone_and_a_follower_gets_every_line_once(
+    server, tokens, tiny, tiny_spec, ray_cluster, tmp_path
+):
     """A model whose config.json does not fit its weights (a larger MLP) passes the driver's checks, which read the
     files' names and sizes, and fails in the training worker's load: the job's message names the worker's error
-    (not Ray Train's "Training failed due to worker errors:"), and its log has the traceback."""
+    (not Ray Train's "Training failed due to worker errors:"), and its log has the traceback. A follower started
+    before the job was on Ray reads the log as it grows and stops once the job has ended, with every line once."""
     from ray.job_submission import JobSubmissionClient
 
     misfit = tmp_path / "models" / "misfit"
@@ -47,6 +50,11 @@ def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens,
     a, b = Client(server.address, tokens["team-a"]), Client(server.address, tokens["team-b"])
     bad = tiny_job(tiny_spec, "svc-logs")
     job = a.submit(bad.replace(model=dataclasses.replace(bad.model, path=str(misfit))))
+    followed: list[str] = []
+    follower = threading.Thread(
+        target=lambda: followed.extend(Client(server.address, tokens["team-a"]).follow_logs(job.id, poll_s=0.2))
+    )
+    follower.start()
     assert states(a.watch(job.id))[-1] == "FAILED"
     assert a.get(job.id).message.startswith("rank 0: RuntimeError: You set `ignore_mismatched_sizes` to `False`"), a.get(job.id)
 
@@ -54,6 +62,8 @@ def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens,
     text = "\n".join(logs.lines)
     assert logs.job_id == job.id and logs.lines_before == 0  # a short log: all of it
     assert "job failed" in text and "Traceback (most recent call last)" in text and "ignore_mismatched_sizes" in text
+    follower.join(timeout=120)
+    assert not follower.is_alive() and followed == list(logs.lines)
     ticket = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env["env_vars"]["RAYFT_LAUNCH_TICKET"]
     assert ticket not in text
 
@@ -64,6 +74,12 @@ def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens,
     for tail in (-1, 10_001):
         error = rpc_error(lambda tail=tail: a.logs(job.id, tail_lines=tail))
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and error.details().startswith("tail_lines:")
+    assert list(a.logs(job.id, from_line=2).lines) == list(logs.lines[2:])
+    for tail, start in ((0, -1), (5, 0)):
+        error = rpc_error(lambda tail=tail, start=start: a.logs(job.id, tail_lines=tail, from_line=start))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and error.details().startswith("from_line:")
+    error = rpc_error(lambda: a.logs(job.id, from_line=len(logs.lines) + 1))
+    assert error.code() == grpc.StatusCode.OUT_OF_RANGE and "past the log's end" in error.details()
 
     env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": tokens["team-a"]}
     cli = subprocess.run(
@@ -72,6 +88,10 @@ def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone(server, tokens,
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.splitlines() == list(logs.lines[-2:])
     assert f"{len(logs.lines) - 2:,} earlier lines not shown" in cli.stderr
+    cli = subprocess.run(
+        [sys.executable, "-m", "rayft", "logs", job.id, "--follow"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (cli.returncode, cli.stdout.splitlines()) == (0, list(logs.lines)), cli.stderr  # the job has ended: all, then done
 
 
 def test_a_job_not_yet_on_ray_has_no_log_and_says_so(paused_server, tokens, tiny_spec):
