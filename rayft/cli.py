@@ -199,13 +199,13 @@ def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from ray_jobs import generate
 
     adapter = generate.adapter_dir(args.adapter)  # RUN or RUN/adapter, as `rayft generate` takes it
     base, local = generate.base_of(adapter, args.base)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(local, use_safetensors=True), adapter)
+    model = PeftModel.from_pretrained(generate.base_model(local), adapter)
     model.merge_and_unload().save_pretrained(args.out)
     AutoTokenizer.from_pretrained(adapter).save_pretrained(args.out)
     print(f"merged {adapter} into {base}: {args.out}")

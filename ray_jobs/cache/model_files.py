@@ -19,6 +19,13 @@ embeddings hold, and a LoRA whose module names are the model's. Each check reads
   it (``q_proj`` and ``self_attn.q_proj`` both match ``model.layers.0.self_attn.q_proj``). An entry must match a
   module that holds a weight matrix (a linear layer or an embedding, which LoRA adapts), not only norms.
 
+- **A config.json that fits the weights** (``model.path``). transformers builds the model from ``config.json`` and
+  fills it from the files: a weight the files lack is given random values, one the model lacks is dropped, and
+  either only prints a load report in the worker's log (transformers 5.24, checked here: a config.json with one
+  layer more trains a random layer; one layer fewer drops the last). Here the layers the headers hold are counted
+  against ``num_hidden_layers``; in the worker, :func:`check_loaded` refuses any load that reports such weights,
+  whatever their cause. A weight whose shape differs is refused by transformers itself.
+
 - **Whole weight files** (``model.path``). Each file's size must be what its header says (8 bytes, the header, the
   last tensor's end), as safetensors itself checks at load: a copy cut short fails here, not in the worker.
 
@@ -30,6 +37,8 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from rayft_contract.spec import SpecError
@@ -59,14 +68,89 @@ def check(spec: FineTuneSpec) -> None:
                 "can run code when loaded: save the model with save_pretrained(), which writes safetensors",
             )
         return  # a hub snapshot with only some of its files downloaded yet
-    check_tokenizer(directory, path)
-    check_lora(spec, weight_ranks(directory, files))  # every header read, and each file's size checked against it
+    config = _json(directory, "config.json", path)
+    check_tokenizer(directory, path, config)
+    ranks = weight_ranks(directory, files)  # every header read, and each file's size checked against it
+    check_config(config, path, ranks)
+    check_lora(spec, ranks)
+
+
+def _json(directory: Location, name: str, path: str) -> dict:
+    """``directory``'s JSON file ``name``; empty where there is none."""
+    try:
+        return json.loads(directory.child(name).read_bytes())
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise SpecError("model.path", f"{path!r}: its {name} is not JSON ({exc})") from None
+
+
+def check_config(config: dict, path: str, shapes: dict[str, int]) -> None:
+    """``config.json`` against the modules of the weights (:func:`weight_ranks`): ``num_hidden_layers`` against the
+    layers numbered ``<stack>.layers.N`` (nothing where the weights hold no such stack, or several: a vision tower
+    beside the text), and a head said not to be tied to the embeddings (``tie_word_embeddings: false``) must be
+    in the files (a model saved with a tied head holds it once, as the embeddings)."""
+    layers = config.get("num_hidden_layers")
+    stacks: dict[str, set[int]] = {}
+    for module in shapes:
+        if found := _LAYER.match(module):
+            stacks.setdefault(found["stack"], set()).add(int(found["index"]))
+    if isinstance(layers, int) and len(stacks) == 1:
+        ((stack, held),) = stacks.items()
+        if held != set(range(layers)):
+            what = "from random values" if max(held) + 1 < layers else "without the weights of the layers past them"
+            raise SpecError(
+                "model.path",
+                f"{path!r}: config.json has {layers} layers (num_hidden_layers) but its weights hold {len(held)} "
+                f"({stack}.{min(held)}-{max(held)}), so the model would train {what}; give the model its own config.json",
+            )
+    if config.get("tie_word_embeddings") is False and "lm_head" not in shapes:
+        raise SpecError(
+            "model.path",
+            f"{path!r}: config.json says the head is not tied to the embeddings (tie_word_embeddings: false) but the "
+            "weights hold no lm_head, so the model would train with a random head; set tie_word_embeddings to true "
+            "if the model was saved with a tied head, or save it again",
+        )
+
+
+_LAYER = re.compile(r"(?P<stack>(?:.*\.)?layers)\.(?P<index>\d+)\.")
+
+
+def check_loaded(loading_info: dict[str, Collection[str]], path: str) -> None:
+    """A worker's load as transformers reports it (``output_loading_info=True``): refused where the model got a weight
+    or bias the files lack (it would train from random values) or the files hold one the model has no place for (it
+    is dropped). Only ``weight`` and ``bias`` entries count: the files of a quantized base also hold quantization
+    state (``weight.absmax``, ...), which transformers reads as part of each weight."""
+    missing = sorted(key for key in loading_info.get("missing_keys", ()) if key.rsplit(".", 1)[-1] in _PARAMETERS)
+    unexpected = sorted(key for key in loading_info.get("unexpected_keys", ()) if key.rsplit(".", 1)[-1] in _PARAMETERS)
+    if not (missing or unexpected):
+        return
+    parts = [
+        f"{len(keys)} {what} ({_grouped(keys)})"
+        for keys, what in ((missing, "not in its files"), (unexpected, "not in the model"))
+        if keys
+    ]
+    raise SpecError(
+        "model.path",
+        f"{path!r}: config.json does not fit the weights: {'; '.join(parts)}. The model would train with random or "
+        "dropped weights; give the model its own config.json (num_hidden_layers, tie_word_embeddings, attention_bias)",
+    )
+
+
+_PARAMETERS = ("weight", "bias")
+
+
+def _grouped(keys: list[str]) -> str:
+    """Keys shortened for a message: those of one layer as ``model.layers.2.*``, at most five groups."""
+    groups = list(dict.fromkeys(re.sub(r"(\.layers\.\d+)\..*", r"\1.*", key) for key in keys))
+    return ", ".join(groups[:5]) + (", ..." if len(groups) > 5 else "")
 
 
 def check_lora(spec: FineTuneSpec, shapes: dict[str, int]) -> None:
     """Each name of ``lora.target_modules`` and ``lora.modules_to_save`` against the modules of ``shapes``
     (:func:`weight_ranks`)."""
     lora = spec.lora
+    shapes = {**ALWAYS_THERE, **shapes}
     targets = () if lora.target_modules == ("all-linear",) else lora.target_modules
     matrices = {module for module, rank in shapes.items() if rank >= 2}
     for entry in targets:
@@ -91,16 +175,10 @@ def _hint(entry: str, modules: set[str]) -> str:
     return (f"; did you mean '{close[0]}'?" if close else ";") + f" the model has: {shown}"
 
 
-def check_tokenizer(directory: Location, path: str) -> None:
-    """The highest id of ``tokenizer.json`` (its model's vocabulary and its added tokens) against ``config.json``'s
+def check_tokenizer(directory: Location, path: str, config: dict) -> None:
+    """The highest id of ``tokenizer.json`` (its model's vocabulary and its added tokens) against ``config``'s
     ``vocab_size``; nothing where either file or the number is missing (a slow tokenizer, a hub snapshot part-way)."""
-    try:
-        tokenizer = json.loads(directory.child("tokenizer.json").read_bytes())
-        config = json.loads(directory.child("config.json").read_bytes())
-    except FileNotFoundError:
-        return
-    except ValueError as exc:
-        raise SpecError("model.path", f"{path!r}: its tokenizer.json or config.json is not JSON ({exc})") from None
+    tokenizer = _json(directory, "tokenizer.json", path)
     rows = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     vocab = (tokenizer.get("model") or {}).get("vocab") or {}
     ids = list(vocab.values()) if isinstance(vocab, dict) else [len(vocab) - 1] if vocab else []
@@ -149,7 +227,7 @@ def weight_ranks(directory: Location, files: list[str] | None = None) -> dict[st
     files = weight_files(directory) if files is None else files
     if not files:
         return {}
-    ranks: dict[str, int] = dict(ALWAYS_THERE)
+    ranks: dict[str, int] = {}
     for name in files:
         for tensor, entry in _header(directory, name).items():
             if tensor == "__metadata__" or "." not in tensor:

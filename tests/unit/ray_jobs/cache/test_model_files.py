@@ -1,4 +1,5 @@
-"""A LoRA's module names are checked against the base's weight files before any cluster starts, by PEFT's rule."""
+"""A base model's files are checked before any cluster starts: safetensors only and whole, a tokenizer within the
+embeddings, a config.json that fits the weights, and a LoRA's module names by PEFT's rule."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def test_a_head_tied_to_the_embeddings_and_so_not_in_the_file_can_be_named(tmp_p
 
     model = tmp_path / "tied"
     shutil.copytree(tiny / "model", model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
     weights = load_file(str(model / "model.safetensors"))
     save_file(
         {name: tensor for name, tensor in weights.items() if not name.startswith("lm_head")}, str(model / "model.safetensors")
@@ -179,3 +182,48 @@ def test_a_unigram_tokenizer_is_counted_by_its_list_and_a_slow_one_is_left_alone
     assert f"ids up to {rows:,} but" in str(refused(with_model(tiny_spec, model)))
     (model / "tokenizer.json").unlink()  # a sentencepiece tokenizer.model alone: not read here
     model_files.check(with_model(tiny_spec, model))
+
+
+def a_copy_whose_config_says(tmp_path, tiny, **config) -> str:
+    model = tmp_path / "copy"
+    shutil.copytree(tiny / "model", model)
+    (model / "config.json").write_text(json.dumps({**json.loads((model / "config.json").read_text()), **config}))
+    return str(model)
+
+
+@pytest.mark.parametrize(("layers", "what"), [(3, "from random values"), (1, "without the weights of the layers past them")])
+def test_a_config_with_another_layer_count_than_the_weights_is_refused_before_a_load_would_train_it(
+    tmp_path, tiny, tiny_spec, layers, what
+):
+    """transformers would fill a layer the files lack with random values, or drop one the config lacks, and go on."""
+    error = refused(with_model(tiny_spec, a_copy_whose_config_says(tmp_path, tiny, num_hidden_layers=layers)))
+    assert error.field == "model.path"
+    assert f"config.json has {layers} layers (num_hidden_layers) but its weights hold 2 (model.layers.0-1)" in str(error)
+    assert f"the model would train {what}" in str(error)
+
+
+def test_a_head_said_not_tied_must_be_in_the_files(tmp_path, tiny, tiny_spec):
+    from safetensors.numpy import load_file, save_file
+
+    model = a_copy_whose_config_says(tmp_path, tiny, tie_word_embeddings=False)
+    weights = load_file(f"{model}/model.safetensors")
+    save_file({name: tensor for name, tensor in weights.items() if not name.startswith("lm_head")}, f"{model}/model.safetensors")
+    error = refused(with_model(tiny_spec, model))
+    assert error.field == "model.path" and "(tie_word_embeddings: false) but the weights hold no lm_head" in str(error)
+
+
+def test_a_load_that_left_a_weight_random_or_dropped_one_is_refused_and_quantization_state_is_not_counted():
+    model_files.check_loaded({"missing_keys": set(), "unexpected_keys": {"model.layers.0.mlp.up_proj.weight.absmax"}}, "m")
+    with pytest.raises(SpecError) as info:
+        model_files.check_loaded(
+            {
+                "missing_keys": {f"model.layers.2.{name}.weight" for name in ("mlp.up_proj", "self_attn.q_proj")}
+                | {"lm_head.weight"},
+                "unexpected_keys": {"model.layers.3.self_attn.o_proj.bias", "model.layers.3.self_attn.o_proj.weight.absmax"},
+            },
+            "m",
+        )
+    assert str(info.value).startswith(
+        "model.path: 'm': config.json does not fit the weights: 3 not in its files (lm_head.weight, model.layers.2.*); "
+        "1 not in the model (model.layers.3.*)"
+    )
