@@ -125,3 +125,34 @@ def test_streams_run_in_a_process_of_their_own_that_the_api_port_sends_watchers_
         assert "streams in this process" in one.log.read_text().rsplit("rayft service on", 1)[1]
     finally:
         one.stop()
+
+
+def test_a_long_ended_jobs_replay_has_its_progress_thinned_and_every_state_in_order(tmp_path, tokens, policy):
+    """The service thins an ended job's progress once it is older than RAYFT_EVENTS_KEEP_DAYS (here 0.1 s): a watcher
+    replaying it gets 100 progress reports, the first and last among them, every state change, and the end."""
+    import time
+
+    from rayft_contract.states import JobState
+    from service.store import JobRecord
+    from service.store_sqlite import SqliteJobStore
+
+    store = SqliteJobStore(tmp_path / "service" / "jobs.db")
+    now = time.time()
+    store.create(JobRecord("ft-old", "team-a", JobState.QUEUED, {"name": "old"}, now, now))
+    store.transition("ft-old", JobState.STARTING)
+    store.transition("ft-old", JobState.RUNNING)
+    for step in range(1, 301):
+        store.append_event("ft-old", "progress", {"step": step, "total_steps": 300})
+    store.transition("ft-old", JobState.SUCCEEDED)
+    store.close()
+    srv = Server.paused(tmp_path / "service", policy, RAYFT_EVENTS_KEEP_DAYS=str(0.1 / 86_400)).start()
+    client = Client(srv.address, tokens["team-a"])
+    try:
+        wait_for(lambda: sum(e.WhichOneof("payload") == "progress" for e in client.watch("ft-old")) == 100)
+        events = list(client.watch("ft-old"))
+        steps = [e.progress.step for e in events if e.WhichOneof("payload") == "progress"]
+        assert steps[0] == 1 and steps[-1] == 300 and steps == sorted(steps)
+        assert states(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+        assert [e.seq for e in events] == sorted(e.seq for e in events) and events[-1].seq == 304
+    finally:
+        srv.stop()
