@@ -153,7 +153,9 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     task = asyncio.create_task(reconciler.run_forever(), name="reconciler")
     supervisor = asyncio.create_task(watch.supervise(), name="watch-supervisor") if watch is not None else None
-    retention = asyncio.create_task(EventRetention(store, settings.events_keep_days).run_forever(), name="event-retention")
+    retention = asyncio.create_task(
+        EventRetention(store, settings.events_keep_days, metrics=metrics).run_forever(), name="event-retention"
+    )
     log.info(
         "rayft service on %s:%d (%s; streams %s; jobs report to %s; Ray %s, auth %s, %s)",
         settings.host,

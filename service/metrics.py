@@ -10,6 +10,7 @@ carry counts, never a spec, a path or a token).
 | ``rayft_report_lag_seconds``    | histogram |               | a job's event time to the service storing it         |
 | ``rayft_stream_lag_seconds``    | histogram |               | an event stored to its sending on a live stream      |
 | ``rayft_launch_failures_total`` | counter   | reason        | ``rejected`` (Ray refused the job: it failed) or ``unavailable`` (launches paused) |
+| ``rayft_events_thinned_total``  | counter   |               | progress events deleted from long-ended jobs (``service/retention.py``) |
 
 Teams are labels: their number is the operator's (tokens are issued per team), not a caller's choice.
 The report lag compares the job's clock with the service's: on different hosts it includes their skew.
@@ -62,6 +63,9 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self.launch_failures = Counter("rayft_launch_failures", "Launches that failed", ["reason"], registry=self.registry)
+        self.events_thinned = Counter(
+            "rayft_events_thinned", "Progress events deleted from long-ended jobs", registry=self.registry
+        )
         if count_jobs is not None:
             self.registry.register(_JobsByState(count_jobs))
 

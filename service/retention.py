@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 
+from service.metrics import ServiceMetrics
 from service.store import AsyncJobStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,10 @@ class EventRetention:
     JOBS_PER_PASS = 200
     """Jobs thinned at most in one pass (a store that grew for a year catches up over a few hours)."""
 
-    def __init__(self, store: AsyncJobStore, keep_days: float, interval_s: float = INTERVAL_S):
-        self.store, self.keep_days, self.interval_s = store, keep_days, interval_s
+    def __init__(
+        self, store: AsyncJobStore, keep_days: float, interval_s: float = INTERVAL_S, metrics: ServiceMetrics | None = None
+    ):
+        self.store, self.keep_days, self.interval_s, self.metrics = store, keep_days, interval_s, metrics
 
     async def once(self, now: float | None = None) -> tuple[int, int]:
         """One pass: (jobs thinned, events deleted)."""
@@ -47,6 +50,8 @@ class EventRetention:
             return 0, 0
         ended_before = (time.time() if now is None else now) - self.keep_days * DAY_S
         jobs, deleted = await self.store.thin_events(ended_before, KEEP_PROGRESS, self.JOBS_PER_PASS)
+        if self.metrics is not None:
+            self.metrics.events_thinned.inc(deleted)
         if jobs:
             log.info(
                 "thinned the progress events of %d jobs that ended over %g days ago: %d deleted", jobs, self.keep_days, deleted

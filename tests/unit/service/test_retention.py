@@ -8,6 +8,7 @@ import time
 import pytest
 
 from rayft_contract.states import JobState
+from service.metrics import ServiceMetrics
 from service.retention import DAY_S, KEEP_PROGRESS, EventRetention
 from service.settings import ServiceSettings
 from service.store import AsyncJobStore, JobRecord
@@ -39,12 +40,14 @@ def _progress(store, job_id: str) -> int:
 def test_a_job_keeps_every_event_until_it_has_been_over_for_the_days_set_then_keeps_a_hundred(store):
     _job(store, "ended", 1000)
     _job(store, "running", 1000, end=None)
-    retention = EventRetention(AsyncJobStore(store), keep_days=30)
+    metrics = ServiceMetrics()
+    retention = EventRetention(AsyncJobStore(store), keep_days=30, metrics=metrics)
     ended = store.get("ended").updated_at
     assert asyncio.run(retention.once(now=ended + 29 * DAY_S)) == (0, 0)
     assert _progress(store, "ended") == 1000
     assert asyncio.run(retention.once(now=ended + 31 * DAY_S)) == (1, 1000 - KEEP_PROGRESS)
     assert (_progress(store, "ended"), _progress(store, "running")) == (KEEP_PROGRESS, 1000)
+    assert metrics.registry.get_sample_value("rayft_events_thinned_total") == 1000 - KEEP_PROGRESS
     assert [e.data["state"] for e in store.events("ended", limit=10_000) if e.kind == "state"][-1] == "SUCCEEDED"
 
 
