@@ -23,8 +23,10 @@ embeddings hold, and a LoRA whose module names are the model's. Each check reads
   fills it from the files: a weight the files lack is given random values, one the model lacks is dropped, and
   either only prints a load report in the worker's log (transformers 5.24, checked here: a config.json with one
   layer more trains a random layer; one layer fewer drops the last). Here the layers the headers hold are counted
-  against ``num_hidden_layers``; in the worker, :func:`check_loaded` refuses any load that reports such weights,
-  whatever their cause. A weight whose shape differs is refused by transformers itself.
+  against ``num_hidden_layers``, and an untied head must be in the files; in the worker, :func:`check_loaded`
+  refuses any load that reports such weights, whatever their cause. A weight whose shape differs transformers
+  refuses itself, but only in the worker after the data is prepared: the embeddings' and MLPs' shapes are
+  measured here, by the names most decoders give them.
 
 - **Whole weight files** (``model.path``). Each file's size must be what its header says (8 bytes, the header, the
   last tensor's end), as safetensors itself checks at load: a copy cut short fails here, not in the worker.
@@ -49,8 +51,9 @@ if TYPE_CHECKING:
 
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors format's own limit on a header; a larger length says the file is not safetensors."""
-ALWAYS_THERE = {"lm_head": 2}
-"""Modules every causal LM has though its file may not store them: a head tied to the embeddings is saved once."""
+ALWAYS_THERE: dict[str, tuple[int, ...]] = {"lm_head": (-1, -1)}
+"""Modules every causal LM has though its file may not store them (a head tied to the embeddings is saved once),
+each a matrix of a size not known here."""
 
 
 def check(spec: FineTuneSpec) -> None:
@@ -70,9 +73,9 @@ def check(spec: FineTuneSpec) -> None:
         return  # a hub snapshot with only some of its files downloaded yet
     config = _json(directory, "config.json", path)
     check_tokenizer(directory, path, config)
-    ranks = weight_ranks(directory, files)  # every header read, and each file's size checked against it
-    check_config(config, path, ranks)
-    check_lora(spec, ranks)
+    shapes = weight_shapes(directory, files)  # every header read, and each file's size checked against it
+    check_config(config, path, shapes)
+    check_lora(spec, shapes)
 
 
 def _json(directory: Location, name: str, path: str) -> dict:
@@ -85,11 +88,12 @@ def _json(directory: Location, name: str, path: str) -> dict:
         raise SpecError("model.path", f"{path!r}: its {name} is not JSON ({exc})") from None
 
 
-def check_config(config: dict, path: str, shapes: dict[str, int]) -> None:
-    """``config.json`` against the modules of the weights (:func:`weight_ranks`): ``num_hidden_layers`` against the
-    layers numbered ``<stack>.layers.N`` (nothing where the weights hold no such stack, or several: a vision tower
-    beside the text), and a head said not to be tied to the embeddings (``tie_word_embeddings: false``) must be
-    in the files (a model saved with a tied head holds it once, as the embeddings)."""
+def check_config(config: dict, path: str, shapes: dict[str, tuple[int, ...]]) -> None:
+    """``config.json`` against the weights' modules and shapes (:func:`weight_shapes`): ``num_hidden_layers`` against
+    the layers numbered ``<stack>.layers.N`` (where the weights hold one such stack: not beside a vision tower), a
+    head said not to be tied to the embeddings (``tie_word_embeddings: false``) in the files (a model saved with a
+    tied head holds it once, as the embeddings), and the sizes of the embeddings and of the MLPs by the names most
+    decoders give them (:data:`SIZES`). A base whose files are quantized is not measured."""
     layers = config.get("num_hidden_layers")
     stacks: dict[str, set[int]] = {}
     for module in shapes:
@@ -111,6 +115,30 @@ def check_config(config: dict, path: str, shapes: dict[str, int]) -> None:
             "weights hold no lm_head, so the model would train with a random head; set tie_word_embeddings to true "
             "if the model was saved with a tied head, or save it again",
         )
+    if "quantization_config" in config:
+        return
+    for suffix, keys in SIZES.items():
+        for module, shape in shapes.items():
+            want = tuple(config.get(key) for key in keys)
+            if not module.endswith(suffix) or len(shape) != len(want) or not all(isinstance(n, int) for n in want):
+                continue
+            if shape != want:
+                raise SpecError(
+                    "model.path",
+                    f"{path!r}: config.json gives {module} the shape [{', '.join(map(str, want))}] ({', '.join(keys)}) "
+                    f"but its weights hold [{', '.join(map(str, shape))}]: the training worker's load would fail on it "
+                    "after the data is prepared; give the model its own config.json",
+                )
+
+
+SIZES = {
+    "embed_tokens": ("vocab_size", "hidden_size"),
+    "mlp.gate_proj": ("intermediate_size", "hidden_size"),
+    "mlp.up_proj": ("intermediate_size", "hidden_size"),
+    "mlp.down_proj": ("hidden_size", "intermediate_size"),
+}
+"""A module's name ending -> the ``config.json`` keys that give its weight's shape: Llama's names, which Mistral,
+Qwen2 and Gemma share. transformers refuses such a misfit itself, but only in the worker, after the data is prepared."""
 
 
 _LAYER = re.compile(r"(?P<stack>(?:.*\.)?layers)\.(?P<index>\d+)\.")
@@ -146,13 +174,13 @@ def _grouped(keys: list[str]) -> str:
     return ", ".join(groups[:5]) + (", ..." if len(groups) > 5 else "")
 
 
-def check_lora(spec: FineTuneSpec, shapes: dict[str, int]) -> None:
+def check_lora(spec: FineTuneSpec, shapes: dict[str, tuple[int, ...]]) -> None:
     """Each name of ``lora.target_modules`` and ``lora.modules_to_save`` against the modules of ``shapes``
-    (:func:`weight_ranks`)."""
+    (:func:`weight_shapes`)."""
     lora = spec.lora
     shapes = {**ALWAYS_THERE, **shapes}
     targets = () if lora.target_modules == ("all-linear",) else lora.target_modules
-    matrices = {module for module, rank in shapes.items() if rank >= 2}
+    matrices = {module for module, shape in shapes.items() if len(shape) >= 2}
     for entry in targets:
         found = [module for module in shapes if module == entry or module.endswith("." + entry)]
         if not found:
@@ -221,21 +249,19 @@ def weight_files(directory: Location) -> list[str]:
     return sorted(info.path for info in listed if info.type == pafs.FileType.File and info.path.endswith(".safetensors"))
 
 
-def weight_ranks(directory: Location, files: list[str] | None = None) -> dict[str, int]:
-    """Every module named in ``directory``'s safetensors ``files`` (all of them by default), with the most dimensions
-    of its ``weight`` (0 for a module with no ``weight``, as a rotary cache); empty where there is no such file."""
+def weight_shapes(directory: Location, files: list[str] | None = None) -> dict[str, tuple[int, ...]]:
+    """Every module named in ``directory``'s safetensors ``files`` (all of them by default), with the shape of its
+    ``weight`` (``()`` for a module with no ``weight``, as a rotary cache); empty where there is no such file."""
     files = weight_files(directory) if files is None else files
-    if not files:
-        return {}
-    ranks: dict[str, int] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for name in files:
         for tensor, entry in _header(directory, name).items():
             if tensor == "__metadata__" or "." not in tensor:
                 continue
             module, leaf = tensor.rsplit(".", 1)
-            rank = len(entry.get("shape", ())) if leaf == "weight" else 0
-            ranks[module] = max(ranks.get(module, 0), rank)
-    return ranks
+            if leaf == "weight" or module not in shapes:
+                shapes[module] = tuple(entry.get("shape", ())) if leaf == "weight" else ()
+    return shapes
 
 
 def _header(directory: Location, path: str) -> dict:

@@ -37,16 +37,16 @@ def rpc_error(call) -> grpc.RpcError:
 def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone_and_a_follower_gets_every_line_once(
     server, tokens, tiny, tiny_spec, ray_cluster, tmp_path
 ):
-    """A model whose config.json does not fit its weights (a larger MLP) passes the driver's checks, which read the
-    files' names and sizes, and fails in the training worker's load: the job's message names the worker's error
-    (not Ray Train's "Training failed due to worker errors:"), and its log has the traceback. A follower started
+    """A model whose config.json names an activation transformers does not know passes the driver's checks, which
+    read the files' names and shapes, and fails in the training worker's load: the job's message names the worker's
+    error (not Ray Train's "Training failed due to worker errors:"), and its log has the traceback. A follower started
     before the job was on Ray reads the log as it grows and stops once the job has ended, with every line once."""
     from ray.job_submission import JobSubmissionClient
 
     misfit = tmp_path / "models" / "misfit"
     shutil.copytree(tiny / "model", misfit)
     config = json.loads((misfit / "config.json").read_text())
-    (misfit / "config.json").write_text(json.dumps({**config, "intermediate_size": config["intermediate_size"] + 8}))
+    (misfit / "config.json").write_text(json.dumps({**config, "hidden_act": "swish_typo"}))
     a, b = Client(server.address, tokens["team-a"]), Client(server.address, tokens["team-b"])
     bad = tiny_job(tiny_spec, "svc-logs")
     job = a.submit(bad.replace(model=dataclasses.replace(bad.model, path=str(misfit))))
@@ -56,12 +56,12 @@ def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone_and_a_follower_
     )
     follower.start()
     assert states(a.watch(job.id))[-1] == "FAILED"
-    assert a.get(job.id).message.startswith("rank 0: RuntimeError: You set `ignore_mismatched_sizes` to `False`"), a.get(job.id)
+    assert a.get(job.id).message.startswith("rank 0: KeyError: 'swish_typo'"), a.get(job.id)
 
     logs = a.logs(job.id)
     text = "\n".join(logs.lines)
     assert logs.job_id == job.id and logs.lines_before == 0  # a short log: all of it
-    assert "job failed" in text and "Traceback (most recent call last)" in text and "ignore_mismatched_sizes" in text
+    assert "job failed" in text and "Traceback (most recent call last)" in text and "swish_typo" in text
     follower.join(timeout=120)
     assert not follower.is_alive() and followed == list(logs.lines)
     ticket = JobSubmissionClient(ray_cluster.jobs_api).get_job_info(job.id).runtime_env["env_vars"]["RAYFT_LAUNCH_TICKET"]

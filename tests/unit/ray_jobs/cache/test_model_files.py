@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import numpy
 import pytest
 
 from ray_jobs.cache import model_files
@@ -126,9 +127,10 @@ def test_weights_in_several_files_are_all_read(tmp_path, tiny):
     names = sorted(weights)
     for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
         save_file({name: weights[name] for name in part}, str(model / f"model-0000{i + 1}-of-00002.safetensors"))
-    ranks = model_files.weight_ranks(location(str(model)))
-    assert {f"{name.rsplit('.', 1)[0]}" for name in names} <= set(ranks)
-    assert ranks["model.layers.1.mlp.down_proj"] == 2 and ranks["model.norm"] == 1
+    shapes = model_files.weight_shapes(location(str(model)))
+    assert {f"{name.rsplit('.', 1)[0]}" for name in names} <= set(shapes)
+    assert shapes["model.layers.1.mlp.down_proj"] == weights["model.layers.1.mlp.down_proj.weight"].shape
+    assert shapes["model.norm"] == weights["model.norm.weight"].shape and len(shapes["model.norm"]) == 1
 
 
 def test_a_model_on_s3_is_checked_from_its_headers_alone(s3_server, s3_requests, tiny, tiny_spec):
@@ -168,8 +170,14 @@ def test_a_tokenizer_with_ids_past_the_embeddings_is_refused_naming_its_tokens(t
     )
     assert "resize_token_embeddings" in str(error)
 
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(str(model / "model.safetensors"))  # the embeddings padded past the tokenizer, as many models are
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        weights[name] = numpy.concatenate([weights[name], numpy.zeros((64, weights[name].shape[1]), weights[name].dtype)])
+    save_file(weights, str(model / "model.safetensors"))
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "vocab_size": rows + 64}))  # padded past it, as many models are
+    (model / "config.json").write_text(json.dumps({**config, "vocab_size": rows + 64}))
     model_files.check(with_model(tiny_spec, model))
 
 
@@ -227,3 +235,24 @@ def test_a_load_that_left_a_weight_random_or_dropped_one_is_refused_and_quantiza
         "model.path: 'm': config.json does not fit the weights: 3 not in its files (lm_head.weight, model.layers.2.*); "
         "1 not in the model (model.layers.3.*)"
     )
+
+
+def test_a_config_whose_mlp_is_wider_than_the_weights_is_refused_in_the_first_second_not_after_the_data(
+    tmp_path, tiny, tiny_spec
+):
+    config = json.loads((tiny / "model" / "config.json").read_text())
+    wider = config["intermediate_size"] + 8
+    error = refused(with_model(tiny_spec, a_copy_whose_config_says(tmp_path, tiny, intermediate_size=wider)))
+    assert error.field == "model.path"
+    assert (
+        f"config.json gives model.layers.0.mlp.gate_proj the shape [{wider}, {config['hidden_size']}] "
+        f"(intermediate_size, hidden_size) but its weights hold [{wider - 8}, {config['hidden_size']}]"
+    ) in str(error)
+
+
+def test_the_sizes_of_a_base_stored_quantized_are_not_measured(tmp_path, tiny, tiny_spec):
+    config = json.loads((tiny / "model" / "config.json").read_text())
+    model = a_copy_whose_config_says(
+        tmp_path, tiny, hidden_size=config["hidden_size"] // 2, quantization_config={"quant_method": "bitsandbytes"}
+    )
+    model_files.check(with_model(tiny_spec, model))  # packed 4-bit weights have other shapes than the config's
