@@ -120,7 +120,8 @@ def check_config(config: dict, path: str, shapes: dict[str, tuple[int, ...]]) ->
     for suffix, keys in SIZES.items():
         for module, shape in shapes.items():
             want = tuple(config.get(key) for key in keys)
-            if not module.endswith(suffix) or len(shape) != len(want) or not all(isinstance(n, int) for n in want):
+            named = module == suffix or module.endswith("." + suffix)
+            if not named or len(shape) != len(want) or not all(isinstance(n, int) for n in want):
                 continue
             if shape != want:
                 raise SpecError(
