@@ -250,7 +250,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     if args.follow:
-        lines = _client().follow_logs(args.job_id, args.tail)
+        told: set[str] = set()
+
+        def waiting(why: str) -> None:  # once per reason: the follower asks again every 2 s
+            if why not in told:
+                told.add(why)
+                print(f"(waiting: {why})", file=sys.stderr, flush=True)
+
+        lines = _client().follow_logs(args.job_id, args.tail, on_wait=waiting)
         while (line := _rpc(lambda: next(lines, None))) is not None:
             print(line, flush=True)
         return 0

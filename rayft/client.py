@@ -13,7 +13,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -89,7 +89,9 @@ class Client:
         request = pb.GetJobLogsRequest(job_id=job_id, tail_lines=tail_lines, from_line=from_line)
         return self._stub.GetJobLogs(request, metadata=self._metadata, timeout=60)
 
-    def follow_logs(self, job_id: str, tail_lines: int = 0, poll_s: float = 2.0) -> Iterator[str]:
+    def follow_logs(
+        self, job_id: str, tail_lines: int = 0, poll_s: float = 2.0, on_wait: Callable[[str], None] | None = None
+    ) -> Iterator[str]:
         """The job's log as it grows, a line at a time, until the job has ended: its last ``tail_lines`` lines
         first (0: the service's 200), then every later line once, in order. It waits while the job is not on Ray
         yet, and through a busy or restarting service (RESOURCE_EXHAUSTED, UNAVAILABLE); other errors raise.
@@ -98,7 +100,8 @@ class Client:
         unary call: the service reads the log from Ray's dashboard, which gives a log whole, not a stream, and
         a call is what the team's quota of log reads counts. The job's state is read before each read, so the
         read after the job ended is its last and has every line of a job that succeeded or failed (Ray ends
-        a job once its driver has exited). A cancelled job may write a few lines more while Ray stops it."""
+        a job once its driver has exited). A cancelled job may write a few lines more while Ray stops it.
+        ``on_wait`` hears why it waits (the service's message), each time it does."""
         position: int | None = None
         while True:
             ended = state_from_proto(self.get(job_id).state) in TERMINAL
@@ -108,6 +111,8 @@ class Client:
                 not_on_ray = exc.code() == grpc.StatusCode.FAILED_PRECONDITION and not ended
                 if not (not_on_ray or exc.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)):
                     raise
+                if on_wait is not None:
+                    on_wait(exc.details() or exc.code().name)
                 time.sleep(poll_s)
                 continue
             yield from logs.lines

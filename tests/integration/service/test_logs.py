@@ -23,7 +23,7 @@ from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service.launcher import RayJobLauncher
 from service.store import JobRecord
 from service.store_sqlite import SqliteJobStore
-from tests.integration.service.harness import states, tiny_job
+from tests.integration.service.harness import states, tiny_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +100,39 @@ def test_a_job_not_yet_on_ray_has_no_log_and_says_so(paused_server, tokens, tiny
     error = rpc_error(lambda: client.logs(job.id))
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert f"job {job.id} is QUEUED and has not started on Ray" in error.details()
+
+
+def test_a_follower_waits_for_a_queued_job_saying_why_and_ends_when_it_is_cancelled(paused_server, tokens, tiny_spec, tmp_path):
+    client = Client(paused_server.address, tokens["team-a"])
+    job = client.submit(tiny_job(tiny_spec, "svc-followed"))
+    heard: list[str] = []
+    ended: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            list(client.follow_logs(job.id, poll_s=0.1, on_wait=heard.append))
+        except grpc.RpcError as exc:
+            ended.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    env = {**os.environ, "RAYFT_ADDRESS": paused_server.address, "RAYFT_TOKEN": tokens["team-a"]}
+    stderr = tmp_path / "follow.err"
+    with stderr.open("w") as err:
+        cli = subprocess.Popen([sys.executable, "-m", "rayft", "logs", job.id, "--follow"], env=env, stderr=err, text=True)
+    try:
+        wait_for(lambda: len(heard) >= 3 and "(waiting:" in stderr.read_text())
+        client.cancel(job.id)
+        follower.join(timeout=60)
+        assert cli.wait(timeout=60) != 0  # cancelled before it ran: it never had a log, and the follower says so
+    finally:
+        cli.kill()
+    assert set(heard) == {f"job {job.id} is QUEUED and has not started on Ray: it has no log (yet)"}
+    (error,) = ended
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION and "is CANCELLED and has not started on Ray" in error.details()
+    told = stderr.read_text().splitlines()
+    assert told[0] == f"(waiting: {heard[0]})" and sum(line.startswith("(waiting:") for line in told) == 1, told
+    assert f"job {job.id} is CANCELLED and has not started on Ray" in told[-1], told
 
 
 class SlowLogs(RayJobLauncher):
