@@ -22,8 +22,8 @@ embeddings hold, and a LoRA whose module names are the model's. Each check reads
 - **A config.json that fits the weights** (``model.path``). transformers builds the model from ``config.json`` and
   fills it from the files: a weight the files lack is given random values, one the model lacks is dropped, and
   either only prints a load report in the worker's log (transformers 5.24, checked here: a config.json with one
-  layer more trains a random layer; one layer fewer drops the last). Here the layers the headers hold are counted
-  against ``num_hidden_layers``, and an untied head must be in the files; in the worker, :func:`check_loaded`
+  layer more trains a random layer; one layer fewer drops the last). Here every layer of ``num_hidden_layers``
+  must be in the headers, and an untied head must be in the files; in the worker, :func:`check_loaded`
   refuses any load that reports such weights, whatever their cause. A weight whose shape differs transformers
   refuses itself, but only in the worker after the data is prepared: the embeddings' and MLPs' shapes are
   measured here, by the names most decoders give them.
@@ -89,8 +89,9 @@ def _json(directory: Location, name: str, path: str) -> dict:
 
 
 def check_config(config: dict, path: str, shapes: dict[str, tuple[int, ...]]) -> None:
-    """``config.json`` against the weights' modules and shapes (:func:`weight_shapes`): ``num_hidden_layers`` against
-    the layers numbered ``<stack>.layers.N`` (where the weights hold one such stack: not beside a vision tower), a
+    """``config.json`` against the weights' modules and shapes (:func:`weight_shapes`): every one of ``num_hidden_layers``
+    in the layers numbered ``<stack>.layers.N`` (where the weights hold one such stack: not beside a vision tower;
+    layers past the count are left to :func:`check_loaded`, as DeepSeek-V3 ships a layer its load skips), a
     head said not to be tied to the embeddings (``tie_word_embeddings: false``) in the files (a model saved with a
     tied head holds it once, as the embeddings), and the sizes of the embeddings and of the MLPs by the names most
     decoders give them (:data:`SIZES`). A base whose files are quantized is not measured."""
@@ -101,13 +102,13 @@ def check_config(config: dict, path: str, shapes: dict[str, tuple[int, ...]]) ->
             stacks.setdefault(found["stack"], set()).add(int(found["index"]))
     if isinstance(layers, int) and len(stacks) == 1:
         ((stack, held),) = stacks.items()
-        if held != set(range(layers)):
-            what = "from random values" if max(held) + 1 < layers else "without the weights of the layers past them"
+        if lacking := sorted(set(range(layers)) - held):
             raise SpecError(
                 "model.path",
                 f"{path!r}: config.json has {layers} layers (num_hidden_layers) but its weights hold {len(held)} "
-                f"({stack}.{min(held)}-{max(held)}), so the model would train {what}; give the model its own config.json",
-            )
+                f"({stack}.{min(held)}-{max(held)}), so layer {lacking[0]}{' and on' if len(lacking) > 1 else ''} would "
+                "train from random values; give the model its own config.json",
+            )  # more layers than the config's are left to the worker's check: a model may ship some it never loads
     if config.get("tie_word_embeddings") is False and "lm_head" not in shapes:
         raise SpecError(
             "model.path",

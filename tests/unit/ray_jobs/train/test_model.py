@@ -74,23 +74,25 @@ def test_a_cpu_worker_loads_the_model_with_the_attention_auto_chose(tiny_spec):
     assert model.config._attn_implementation == "sdpa"
 
 
-def test_a_worker_refuses_a_base_whose_config_would_leave_weights_random_though_the_preflight_was_skipped(
-    tiny, tiny_spec, tmp_path
-):
-    """The worker's own check, on transformers' load report: a config.json with a layer more than the files hold
-    loads in transformers with that layer's weights random, and trains; here it is refused, naming the layer."""
+@pytest.mark.parametrize(
+    ("more", "report"), [(1, "9 not in its files (model.layers.2.*)"), (-1, "9 not in the model (model.layers.1.*)")]
+)
+def test_a_worker_refuses_a_base_whose_config_would_leave_weights_random_or_drop_them(tiny, tiny_spec, tmp_path, more, report):
+    """The worker's own check, on transformers' load report, whatever the preflight saw: a config.json with a layer
+    more than the files hold loads in transformers with that layer random, one with a layer fewer drops the last
+    layer's weights, and both train on; here each is refused, naming the layer."""
     import json
     import shutil
 
-    model = tmp_path / "deeper"
+    model = tmp_path / "misfit"
     shutil.copytree(tiny / "model", model)
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": config["num_hidden_layers"] + 1}))
+    (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": config["num_hidden_layers"] + more}))
     spec = tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(model)))
     with pytest.raises(SpecError) as err:
         load_base(spec, torch.device("cpu"), Single())
     assert err.value.field == "model.path"
-    assert "config.json does not fit the weights: 9 not in its files (model.layers.2.*)" in str(err.value)
+    assert f"config.json does not fit the weights: {report}" in str(err.value)
 
 
 def test_a_spec_asking_for_flex_attention_without_gpus_is_refused_before_it_runs(tiny_spec):
