@@ -109,7 +109,8 @@ def check_config(config: dict, path: str, shapes: dict[str, tuple[int, ...]]) ->
                 f"({stack}.{min(held)}-{max(held)}), so layer {lacking[0]}{' and on' if len(lacking) > 1 else ''} would "
                 "train from random values; give the model its own config.json",
             )  # more layers than the config's are left to the worker's check: a model may ship some it never loads
-    if config.get("tie_word_embeddings") is False and "lm_head" not in shapes:
+    heads = [module for module in shapes if module == "lm_head" or module.endswith(".lm_head")]
+    if config.get("tie_word_embeddings") is False and not heads:
         raise SpecError(
             "model.path",
             f"{path!r}: config.json says the head is not tied to the embeddings (tie_word_embeddings: false) but the "
@@ -119,10 +120,11 @@ def check_config(config: dict, path: str, shapes: dict[str, tuple[int, ...]]) ->
     if "quantization_config" in config:
         return
     for suffix, keys in SIZES.items():
+        want = tuple(config.get(key) for key in keys)
+        if not all(isinstance(n, int) for n in want):  # another model's names (a multimodal one's text_config)
+            continue
         for module, shape in shapes.items():
-            want = tuple(config.get(key) for key in keys)
-            named = module == suffix or module.endswith("." + suffix)
-            if not named or len(shape) != len(want) or not all(isinstance(n, int) for n in want):
+            if not (module == suffix or module.endswith("." + suffix)) or len(shape) != len(want):
                 continue
             if shape != want:
                 raise SpecError(
