@@ -50,9 +50,14 @@ class EventRetention:
         if not self.keep_days:
             return 0, 0
         ended_before = (time.time() if now is None else now) - self.keep_days * DAY_S
-        jobs, deleted = await self.store.thin_events(ended_before, KEEP_PROGRESS, self.JOBS_PER_PASS)
-        if self.metrics is not None:
-            self.metrics.events_thinned.inc(deleted)
+        jobs = deleted = 0
+        while jobs < self.JOBS_PER_PASS:  # a job a call: the service's shutdown cancels a pass between two jobs
+            thinned, gone = await self.store.thin_events(ended_before, KEEP_PROGRESS, jobs=1)
+            if not thinned:
+                break
+            jobs, deleted = jobs + thinned, deleted + gone
+            if self.metrics is not None:
+                self.metrics.events_thinned.inc(gone)
         if jobs:
             log.info(
                 "thinned the progress events of %d jobs that ended over %g days ago: %d deleted", jobs, self.keep_days, deleted

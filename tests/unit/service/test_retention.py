@@ -51,6 +51,17 @@ def test_a_job_keeps_every_event_until_it_has_been_over_for_the_days_set_then_ke
     assert [e.data["state"] for e in store.events("ended", limit=10_000) if e.kind == "state"][-1] == "SUCCEEDED"
 
 
+def test_a_pass_thins_at_most_its_page_of_jobs_and_the_next_goes_on(store):
+    for job_id in ("a", "b", "c"):
+        _job(store, job_id, 150)
+    retention = EventRetention(AsyncJobStore(store), keep_days=1)
+    retention.JOBS_PER_PASS = 2
+    later = time.time() + 2 * DAY_S
+    assert asyncio.run(retention.once(now=later)) == (2, 2 * (150 - KEEP_PROGRESS))
+    assert asyncio.run(retention.once(now=later)) == (1, 150 - KEEP_PROGRESS)
+    assert asyncio.run(retention.once(now=later)) == (0, 0)
+
+
 def test_keep_days_zero_keeps_every_event_for_ever(store):
     _job(store, "ended", 300)
     retention = EventRetention(AsyncJobStore(store), keep_days=0)
