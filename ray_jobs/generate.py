@@ -41,23 +41,13 @@ def load(adapter: Path, base: str | None = None) -> tuple[Any, Any]:
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    _, local = base_of(adapter, base)
+    from ray_jobs.cache.model_files import load_pretrained
+
+    name, local = base_of(adapter, base)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = base_model(local, dtype=dtype, device_map={"": device})
+    model = load_pretrained(local, name, dtype=dtype, device_map={"": device})
     return PeftModel.from_pretrained(model, adapter).eval(), AutoTokenizer.from_pretrained(adapter)
-
-
-def base_model(local: str, **kwargs: Any) -> Any:
-    """The base model in ``local``, from safetensors only, refused where its config.json does not fit its weights
-    (``ray_jobs.cache.model_files.check_loaded``), as a training worker loads it."""
-    from transformers import AutoModelForCausalLM
-
-    from ray_jobs.cache.model_files import check_loaded
-
-    model, loading = AutoModelForCausalLM.from_pretrained(local, use_safetensors=True, output_loading_info=True, **kwargs)
-    check_loaded(loading, local)
-    return model
 
 
 def prompt_ids(tokenizer: Any, prompt: str, system: str | None = None) -> list[int]:

@@ -202,10 +202,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from ray_jobs import generate
+    from ray_jobs.cache.model_files import load_pretrained
 
     adapter = generate.adapter_dir(args.adapter)  # RUN or RUN/adapter, as `rayft generate` takes it
     base, local = generate.base_of(adapter, args.base)
-    model = PeftModel.from_pretrained(generate.base_model(local), adapter)
+    model = PeftModel.from_pretrained(load_pretrained(local, base), adapter)
     model.merge_and_unload().save_pretrained(args.out)
     AutoTokenizer.from_pretrained(adapter).save_pretrained(args.out)
     print(f"merged {adapter} into {base}: {args.out}")

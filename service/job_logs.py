@@ -8,6 +8,8 @@ each team's storage keys are its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 DEFAULT_LINES = 200
 """Lines given when the request asks for none."""
 MAX_LINES = 10_000
@@ -22,14 +24,7 @@ def tail(text: str, lines: int) -> tuple[list[str], int]:
     """The last ``lines`` lines of ``text`` that fit in :data:`MAX_BYTES`, oldest first, each cut to
     :data:`MAX_LINE_CHARS`; and how many lines of the log come before them."""
     every = text.splitlines()
-    kept: list[str] = []
-    size = 0
-    for line in reversed(every[-lines:] if lines else []):
-        line = _cut(line)
-        size += len(line.encode()) + 1
-        if size > MAX_BYTES:
-            break
-        kept.append(line)
+    kept = _fit(reversed(every[-lines:] if lines else []))
     kept.reverse()
     return kept, len(every) - len(kept)
 
@@ -41,18 +36,19 @@ def since(text: str, from_line: int) -> tuple[list[str], int]:
     every = text.splitlines()
     if not 0 <= from_line <= len(every):
         raise IndexError(f"from_line: {from_line:,} is past the log's end, its line {len(every):,}")
-    kept: list[str] = []
-    size = 0
-    for line in every[from_line : from_line + MAX_LINES]:
-        line = _cut(line)
-        size += len(line.encode()) + 1
-        if size > MAX_BYTES and kept:  # one line always goes, so a follower never stalls on a long one
-            break
-        kept.append(line)
+    kept = _fit(every[from_line : from_line + MAX_LINES], at_least_one=True)  # a follower never stalls on a long line
     return kept, len(every) - from_line - len(kept)
 
 
-def _cut(line: str) -> str:
-    if len(line) > MAX_LINE_CHARS:
-        return f"{line[:MAX_LINE_CHARS]}... ({len(line) - MAX_LINE_CHARS:,} characters cut)"
-    return line
+def _fit(lines: Iterable[str], at_least_one: bool = False) -> list[str]:
+    """``lines`` in the order given, each cut to :data:`MAX_LINE_CHARS`, until the next would pass :data:`MAX_BYTES`."""
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        if len(line) > MAX_LINE_CHARS:
+            line = f"{line[:MAX_LINE_CHARS]}... ({len(line) - MAX_LINE_CHARS:,} characters cut)"
+        size += len(line.encode()) + 1
+        if size > MAX_BYTES and (kept or not at_least_one):
+            break
+        kept.append(line)
+    return kept

@@ -41,7 +41,7 @@ import json
 import os
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rayft_contract.spec import SpecError
 
@@ -146,6 +146,17 @@ Qwen2 and Gemma share. transformers refuses such a misfit itself, but only in th
 
 
 _LAYER = re.compile(r"(?P<stack>(?:.*\.)?layers)\.(?P<index>\d+)\.")
+
+
+def load_pretrained(source: str, path: str, **kwargs: Any) -> Any:
+    """The one way rayft loads a base: ``AutoModelForCausalLM`` from ``source``'s safetensors, never a pickle
+    (``pytorch_model.bin``: a team may write where its models come from), and refused by :func:`check_loaded` where
+    its load report says a weight was left random or dropped. ``path``: the model as the error names it."""
+    from transformers import AutoModelForCausalLM
+
+    model, loading = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True, output_loading_info=True, **kwargs)
+    check_loaded(loading, path)
+    return model
 
 
 def check_loaded(loading_info: dict[str, Collection[str]], path: str) -> None:

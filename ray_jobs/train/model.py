@@ -222,10 +222,9 @@ def _take_held(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> 
 def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase:
     """:func:`load_base`, saying how the quantized base came to be; torch's compile cache in the node's rayft cache
     (:func:`keep_compiled_kernels`)."""
-    from transformers import AutoModelForCausalLM
 
     from ray_jobs.cache import quantized as quantized_cache
-    from ray_jobs.cache.model_files import check_loaded
+    from ray_jobs.cache.model_files import load_pretrained
     from ray_jobs.cache.models import fetch_model
 
     keep_compiled_kernels()
@@ -241,18 +240,10 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy)
     quant = quantization_config(spec, strategy)
     settings = cacheable_quantization(spec, quant)
     kept = quantized_cache.lookup(local, settings) if settings is not None else None
-    if kept is not None:  # quantized as saved: its config.json holds the quantization; safetensors only
-        model, loading = AutoModelForCausalLM.from_pretrained(kept, use_safetensors=True, output_loading_info=True, **kwargs)
+    if kept is not None:  # quantized as saved: its config.json holds the quantization
+        model = load_pretrained(kept, spec.model.path, **kwargs)
     else:
-        model, loading = AutoModelForCausalLM.from_pretrained(
-            local,
-            revision=spec.model.revision,
-            quantization_config=quant,
-            use_safetensors=True,
-            output_loading_info=True,
-            **kwargs,
-        )  # never a pickle (pytorch_model.bin): a team may write where its models come from
-    check_loaded(loading, spec.model.path)  # no weight left random or dropped by a config.json that does not fit
+        model = load_pretrained(local, spec.model.path, revision=spec.model.revision, quantization_config=quant, **kwargs)
     model.config.use_cache = False
     if kept is not None:
         return LoadedBase(model, "read quantized from the node's cache")
