@@ -28,9 +28,10 @@ from service.progress import JobEvents
 from service.reconciler import Reconciler
 from service.reporting import JobReportingServicer
 from service.retention import EventRetention
-from service.server import KEEPALIVE, MAX_MESSAGE_BYTES, FineTuningServicer, bind, server_credentials
+from service.server import FineTuningServicer
 from service.settings import ServiceSettings
 from service.store import AsyncJobStore, JobStore
+from service.transport import KEEPALIVE, MAX_MESSAGE_BYTES, bind, server_credentials
 from service.watch import WatchProcess
 
 if TYPE_CHECKING:

@@ -169,8 +169,9 @@ async def _serve(settings: ServiceSettings, sync_store: Any, conn: Connection) -
     from service.faults import StoreFaults, StoreHealth
     from service.metrics import ServiceMetrics
     from service.progress import JobEvents
-    from service.server import KEEPALIVE, MAX_MESSAGE_BYTES, WatchServicer, bind, server_credentials
+    from service.server import WatchServicer
     from service.store import AsyncJobStore
+    from service.transport import KEEPALIVE, MAX_MESSAGE_BYTES, bind, server_credentials
 
     health_servicer = health.aio.HealthServicer()
     name = pb.DESCRIPTOR.services_by_name["FineTuning"].full_name
