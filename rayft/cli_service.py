@@ -2,10 +2,11 @@
 
     rayft serve [--host H] [--port P] [--ray-address URL] [--policy FILE] [--no-auth]   # RAYFT_* env vars too
     rayft token create --team NAME [--expires-in 90d|12h|never]          # prints a new API token once
+    rayft token create --operator [--expires-in 1d|12h|...]               # every team's jobs: read, watch, cancel
     rayft token list [--team NAME] | rayft token revoke ID
     rayft backup DEST.db [--data-dir DIR]                                # the job store, while the service runs
     rayft submit SPEC.yaml [--watch] [--idempotency-key K]
-    rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] | rayft cancel JOB
+    rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] [--team T] | rayft cancel JOB
     rayft logs JOB [--tail N] [--follow]                                 # the last lines of the job's log
 
 Clients read ``RAYFT_ADDRESS`` (default 127.0.0.1:50051) and ``RAYFT_TOKEN``.
@@ -26,6 +27,10 @@ from typing import Any
 from rayft_contract.records import JobSummary, StateChange
 from rayft_contract.spec import SpecError
 
+TEAM_TOKEN_DAYS = 90
+OPERATOR_TOKEN_DAYS = 1
+"""An operator's token opens every team's jobs: it lasts a day unless ``--expires-in`` says otherwise, made when needed."""
+
 
 def add_commands(sub: Any, add_overrides: Any) -> None:
     p = sub.add_parser("serve", help="run the rayft gRPC service (embedded local Ray unless --ray-address)")
@@ -44,8 +49,14 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p = sub.add_parser("token", help="team API tokens: create, list, revoke (run where the service's data dir is)")
     p.add_argument("action", choices=["create", "list", "revoke"])
     p.add_argument("id", nargs="?", help="revoke: the token's id, from `rayft token list`")
-    p.add_argument("--team", help="create: the team the token acts for; list: only this team's")
-    p.add_argument("--expires-in", default="90d", help="create: 90d (default), 12h, ... or never")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--team", help="create: the team the token acts for; list: only this team's (--operator: the operator's)")
+    who.add_argument(
+        "--operator", action="store_true", help="create: an operator's token, which reads, watches and cancels every team's jobs"
+    )
+    p.add_argument(
+        "--expires-in", help=f"create: 12h, 30d, ... or never (default {TEAM_TOKEN_DAYS}d; an operator's {OPERATOR_TOKEN_DAYS}d)"
+    )
     p.add_argument("--data-dir")
     p.set_defaults(command=cmd_token)
 
@@ -77,10 +88,11 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     p.add_argument("-f", "--follow", action="store_true", help="then every new line as the job writes it, until it ends")
     p.set_defaults(command=cmd_logs)
 
-    p = sub.add_parser("list", help="list the team's jobs")
+    p = sub.add_parser("list", help="list the team's jobs (an operator's token: every team's)")
     p.add_argument(
         "--state", action="append", default=[], choices=["QUEUED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
     )
+    p.add_argument("--team", default="", help="an operator's token: only this team's jobs")
     p.set_defaults(command=cmd_list)
 
 
@@ -155,7 +167,9 @@ def cmd_token(args: argparse.Namespace) -> int:
 
     settings = ServiceSettings.from_env(data_dir=args.data_dir)
     if args.action == "create":
-        team, expires_at = _token_team(args.team), _expiry(args.expires_in)
+        team = auth.OPERATOR if args.operator else _token_team(args.team)
+        days = OPERATOR_TOKEN_DAYS if args.operator else TEAM_TOKEN_DAYS
+        expires_at = _expiry(args.expires_in or f"{days}d")
     store = SqliteJobStore(settings.data_dir / "jobs.db")
     try:
         if args.action == "create":
@@ -164,15 +178,15 @@ def cmd_token(args: argparse.Namespace) -> int:
             print(token)
             until = time.strftime("%Y-%m-%d", time.gmtime(expires_at)) if expires_at else "never"
             print(
-                f"(token {record.id}, team {team}, expires {until}; shown once, stored hashed; send it as RAYFT_TOKEN)",
+                f"(token {record.id}, {_holder(team)}, expires {until}; shown once, stored hashed; send it as RAYFT_TOKEN)",
                 file=sys.stderr,
             )
         elif args.action == "list":
-            for t in store.tokens(args.team):
+            for t in store.tokens(auth.OPERATOR if args.operator else args.team):
                 expires = time.strftime("%Y-%m-%d", time.gmtime(t.expires_at)) if t.expires_at else "never"
                 state = "revoked" if t.revoked_at else "expired" if t.expires_at and t.expires_at < time.time() else "live"
                 print(
-                    f"{t.id}  {t.team:<20} {time.strftime('%Y-%m-%d', time.gmtime(t.created_at))}  expires {expires:<10}  {state}"
+                    f"{t.id}  {_holder(t.team):<25} {time.strftime('%Y-%m-%d', time.gmtime(t.created_at))}  expires {expires:<10}  {state}"
                 )
         else:
             if not args.id:
@@ -180,7 +194,7 @@ def cmd_token(args: argparse.Namespace) -> int:
             revoked = store.revoke_token(args.id)
             if revoked is None:
                 raise SpecError("id", f"no token {args.id!r}: give the 12-character id `rayft token list` shows")
-            print(f"revoked {revoked.id} (team {revoked.team})")
+            print(f"revoked {revoked.id} ({_holder(revoked.team)})")
     finally:
         store.close()
     return 0
@@ -188,11 +202,19 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 def _token_team(team: str | None) -> str:
     """Team names go into paths (a policy's ``{team}``): one safe path component, like job names."""
-    if not team or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", team) is None:
+    if team is None:
+        raise SpecError("--team", "name the team the token acts for (or --operator: a token for every team's jobs)")
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", team) is None:
         raise SpecError(
             "--team", f"must be 1-64 ASCII letters, digits, '-', '_' or '.', starting with a letter or digit, got {team!r}"
         )
     return team
+
+
+def _holder(team: str) -> str:
+    from service import auth
+
+    return "operator: every team" if team == auth.OPERATOR else f"team {team}"
 
 
 def _expiry(text: str) -> float | None:
@@ -273,12 +295,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("job", "name", "state", "updated", "message")
+    table = Table("job", "team", "name", "state", "updated", "message")
     import datetime
 
-    for job in _rpc(lambda: list(_client().list(args.state))):
+    for job in _rpc(lambda: list(_client().list(args.state, team=args.team))):
         updated = datetime.datetime.fromtimestamp(job.updated_at).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(job.id, job.spec.name, _state(job), updated, job.message)
+        table.add_row(job.id, job.team, job.spec.name, _state(job), updated, job.message)
     Console().print(table)
     return 0
 

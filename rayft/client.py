@@ -67,13 +67,14 @@ class Client:
     def get(self, job_id: str) -> pb.Job:
         return self._stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
 
-    def list(self, states: Sequence[str] = (), page_size: int = 50, full: bool = False) -> Iterator[pb.Job]:
-        """Every job of the team, newest first, following pages; specs name only, unless ``full``."""
+    def list(self, states: Sequence[str] = (), page_size: int = 50, full: bool = False, team: str = "") -> Iterator[pb.Job]:
+        """Every job of the team, newest first, following pages; specs name only, unless ``full``. With an
+        operator's token, every team's jobs, or only ``team``'s."""
         token = ""
         view = pb.JOB_VIEW_FULL if full else pb.JOB_VIEW_BASIC
         while True:
             request = pb.ListJobsRequest(
-                states=[pb.JobState.Value(s) for s in states], page_size=page_size, page_token=token, view=view
+                states=[pb.JobState.Value(s) for s in states], page_size=page_size, page_token=token, view=view, team=team
             )
             response = self._stub.ListJobs(request, metadata=self._metadata, timeout=30)
             yield from response.jobs

@@ -1,5 +1,9 @@
 """API tokens: teams authenticate with ``authorization: Bearer <token>``; only hashes are stored.
 
+An **operator's token** (``rayft token create --operator``) is stored under the name ``OPERATOR``, which no team
+can have. It reads, watches and cancels every team's jobs, for the platform team that answers for the service,
+and creates none: a job runs as a team, under that team's policy.
+
 A running job holds two secrets of its own. Its **launch ticket** travels in its Ray runtime
 environment (where the Ray dashboard shows it): an HMAC of the job id under the service's key, so every
 launch attempt of a job, before or after a service restart, carries the same ticket and nothing about it
@@ -14,9 +18,28 @@ import hmac
 import os
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 PREFIX = "rft_"
+OPERATOR = "(operator)"
+"""The team an operator's token is stored under: not a team name (those are one safe path component:
+letters, digits, ``-``, ``_``, ``.``), so no team's token, policy or output root can ever be the operator's."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a call: a team, or the operator. ``team`` keys the per-caller quotas either way."""
+
+    team: str
+
+    @property
+    def operator(self) -> bool:
+        return self.team == OPERATOR
+
+    def sees(self, team: str) -> bool:
+        """Whether a job of ``team`` exists to this caller: its own team's, or every job for the operator."""
+        return self.operator or team == self.team
 
 
 def new_token() -> str:

@@ -85,9 +85,9 @@ class JobStore(Protocol):
     def by_key(self, team: str, idempotency_key: str) -> JobRecord | None: ...
 
     def list(
-        self, team: str, states: Sequence[JobState] = (), limit: int = 50, after: str = "", specs: bool = True
+        self, team: str | None, states: Sequence[JobState] = (), limit: int = 50, after: str = "", specs: bool = True
     ) -> list[JobRecord]:
-        """The team's jobs, newest first; ``after`` is the id of the last job of the previous page.
+        """The team's jobs (``None``: every team's), newest first; ``after`` is the id of the last job of the previous page.
         ``specs=False``: each record's spec holds only its ``name`` (a list's basic view), never read whole."""
 
     def transition(self, job_id: str, state: JobState, message: str = "") -> JobRecord:

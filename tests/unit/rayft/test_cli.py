@@ -76,6 +76,32 @@ def test_tokens_are_created_listed_and_revoked_and_a_bad_team_is_refused(tmp_pat
     store.close()
 
 
+def test_an_operators_token_lasts_a_day_unless_told_and_is_listed_apart_from_the_teams(tmp_path):
+    from service.auth import OPERATOR, hash_token
+    from service.store_sqlite import SqliteJobStore
+
+    env = {"RAYFT_DATA_DIR": str(tmp_path)}
+    assert rayft("token", "create", "--operator", "--team", "vision", env=env).returncode == exits.USAGE  # one or the other
+    missing = rayft("token", "create", env=env)
+    assert missing.returncode == exits.USAGE and "--operator" in missing.stderr, missing.stderr
+    made = rayft("token", "create", "--operator", env=env)
+    assert made.returncode == 0, made.stderr
+    token_id = hash_token(made.stdout.strip())[:12]
+    assert f"token {token_id}, operator: every team, expires " in made.stderr
+    rayft("token", "create", "--team", "vision", env=env)
+    store = SqliteJobStore(tmp_path / "jobs.db")
+    try:
+        (operator,) = [t for t in store.tokens() if t.team == OPERATOR]
+        assert operator.id == token_id and 86400 - 60 < operator.expires_at - operator.created_at <= 86400
+        (team,) = [t for t in store.tokens() if t.team == "vision"]
+        assert team.expires_at - team.created_at > 89 * 86400  # a team's default stays 90 days
+    finally:
+        store.close()
+    listed = rayft("token", "list", "--operator", env=env).stdout
+    assert token_id in listed and "operator" in listed and "vision" not in listed
+    assert rayft("token", "revoke", token_id, env=env).stdout == f"revoked {token_id} (operator: every team)\n"
+
+
 def test_a_backup_of_the_job_store_is_one_line_and_a_second_to_the_same_file_is_refused(tmp_path):
     env = {"RAYFT_DATA_DIR": str(tmp_path / "service")}
     assert rayft("token", "create", "--team", "vision", env=env).returncode == 0

@@ -209,6 +209,18 @@ def test_a_list_without_specs_names_each_job_and_reads_nothing_else_of_its_spec(
     assert {j.id: j.spec for j in store.list("team-a")}[job.id]["data"]["path"] == "/d" * 1000
 
 
+def test_a_list_of_every_team_pages_newest_first_across_teams(store):
+    """The operator's list (team None): one order over all teams, its pages neither skipping nor repeating a job."""
+    jobs = [store.create(record(team=f"team-{'ab'[i % 2]}", at=1000.0 + i))[0] for i in range(5)]
+    page1 = store.list(None, limit=2)
+    page2 = store.list(None, limit=2, after=page1[-1].id)
+    page3 = store.list(None, limit=2, after=page2[-1].id)
+    assert [j.id for j in page1 + page2 + page3] == [j.id for j in reversed(jobs)]
+    assert {j.team for j in page1} == {"team-a", "team-b"}
+    store.transition(jobs[1].id, JobState.CANCELLED)
+    assert [j.id for j in store.list(None, states=[JobState.CANCELLED], specs=False)] == [jobs[1].id]
+
+
 def test_list_filters_and_pages_newest_first(store):
     jobs = [store.create(record(at=1000.0 + i))[0] for i in range(7)]
     store.create(record(team="team-b"))
