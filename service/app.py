@@ -89,13 +89,13 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
     ray_address = settings.ray_address
     health_servicer = health.aio.HealthServicer()
     names = [pb.DESCRIPTOR.services_by_name[n].full_name for n in ("FineTuning", "JobReporting")]
-    store_health = StoreHealth(health_servicer, names)
     options = [*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
     watch = WatchProcess(settings) if settings.watch_process else None
     watch_address = ""
     if watch is not None:  # first: it takes a second or two to import and open the store
         watch_address = settings.watch_address or f":{await asyncio.to_thread(watch.start)}"
     metrics = ServiceMetrics(sync_store.count_by_state, elsewhere=watch.families if watch is not None else None)
+    store_health = StoreHealth(health_servicer, names, metrics.store_faults)
     interceptors = [metrics.interceptor(), StoreFaults()]  # outermost first: a store fault is counted by its status
     server = grpc.aio.server(options=options, interceptors=interceptors)
     port = bind(server, f"{settings.host}:{settings.port}", server_credentials(settings, client_certs=True))

@@ -18,12 +18,15 @@ log = logging.getLogger(__name__)
 class StoreHealth:
     """Keeps the API services' health true to the store: NOT_SERVING while store calls fail (the fault
     logged once, when it starts), SERVING again on the first call that succeeds. The overall status
-    (``""``) stays SERVING: the process is alive, and restarting it would not free another's lock."""
+    (``""``) stays SERVING: the process is alive, and restarting it would not free another's lock.
+    ``faults`` counts every failed store call by its kind (``rayft_store_faults_total``, what an alert watches)."""
 
-    def __init__(self, health_servicer: Any, names: list[str]):
-        self.health, self.names, self.fault = health_servicer, names, None
+    def __init__(self, health_servicer: Any, names: list[str], faults: Any = None):
+        self.health, self.names, self.fault, self.faults = health_servicer, names, None, faults
 
     async def watch(self, fault: StoreError | None) -> None:
+        if fault is not None and self.faults is not None:
+            self.faults.labels(fault.kind).inc()
         if (fault is None) == (self.fault is None):
             return
         self.fault = fault

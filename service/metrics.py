@@ -63,6 +63,9 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self.launch_failures = Counter("rayft_launch_failures", "Launches that failed", ["reason"], registry=self.registry)
+        self.store_faults = Counter(
+            "rayft_store_faults", "Job store calls that failed, by kind: busy, full, broken", ["kind"], registry=self.registry
+        )
         self.events_thinned = Counter(
             "rayft_events_thinned", "Progress events deleted from long-ended jobs", registry=self.registry
         )

@@ -175,8 +175,8 @@ async def _serve(settings: ServiceSettings, sync_store: Any, conn: Connection) -
 
     health_servicer = health.aio.HealthServicer()
     name = pb.DESCRIPTOR.services_by_name["FineTuning"].full_name
-    store_health = StoreHealth(health_servicer, [name])
     metrics = ServiceMetrics()
+    store_health = StoreHealth(health_servicer, [name], metrics.store_faults)
     # so_reuseport off: a watch process left from an earlier run must not share the port with this one.
     options = [*KEEPALIVE, ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)]
     address = f"{settings.host}:{settings.watch_port}"

@@ -21,7 +21,7 @@ KUBERNETES = "1.32.0"
 RENDERED = ["base", "overlays/dev", "overlays/prod", "jobs/finetune", "kueue"]
 """Every kustomization one applies (``monitoring`` is a Component, rendered inside ``overlays/prod``)."""
 KUBERAY = {"RayCluster", "RayJob"}
-UNCHECKED = {"PodMonitor", "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
+UNCHECKED = {"PodMonitor", "PrometheusRule", "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
 """Kinds whose CRDs are not vendored here; the tests below check their wiring instead."""
 
 

@@ -100,6 +100,15 @@ def wait_for(predicate, timeout=120.0):
     raise TimeoutError
 
 
+def free_port() -> int:
+    """A port nothing listens on now, for a server the test starts (its metrics)."""
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return free.getsockname()[1]
+
+
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
     """Every sample of the service's /metrics: (name, its labels) -> value."""
     import urllib.request

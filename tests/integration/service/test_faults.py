@@ -19,7 +19,7 @@ from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from service import auth
 from service.store import JobRecord
 from service.store_sqlite import SqliteJobStore
-from tests.integration.service.harness import NO_RAY, Server, kinds, states, tiny_job, wait_for
+from tests.integration.service.harness import NO_RAY, Server, free_port, kinds, sample, scrape, states, tiny_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -122,10 +122,22 @@ def test_ray_unreachable_still_accepts_the_job_queued_and_keeps_it(tmp_path, tok
         srv.stop()
 
 
-def test_a_lock_held_by_another_process_leaves_health_answering_and_loses_nothing(paused_server, tokens, tiny_spec, tmp_path):
+def test_a_lock_held_by_another_process_leaves_health_answering_and_loses_nothing(tokens, tiny_spec, tmp_path, policy):
     """Issue 10: with SQLite on the event loop, one outside writer froze health checks for 29 s. Now the
     store's calls run in threads: health answers while a CreateJob waits on the lock, the create ends in
-    UNAVAILABLE with a plain message, and the API's health says NOT_SERVING until the lock is gone."""
+    UNAVAILABLE with a plain message, and the API's health says NOT_SERVING until the lock is gone. The
+    metrics count the fault by its kind, for the operator's alert (k8s/monitoring/alerts.yaml)."""
+    metrics_port = free_port()
+    paused_server = Server.paused(tmp_path / "service", policy, RAYFT_METRICS_PORT=str(metrics_port)).start()
+    try:
+        lock_held_by_another_process(paused_server, tokens, tiny_spec, tmp_path)
+        assert sample(scrape(metrics_port), "rayft_store_faults_total", kind="busy") >= 1
+        assert sample(scrape(metrics_port), "rayft_store_faults_total", kind="full") == 0
+    finally:
+        paused_server.stop()
+
+
+def lock_held_by_another_process(paused_server, tokens, tiny_spec, tmp_path):
     import sqlite3
 
     from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -17,6 +17,7 @@ from rayft_contract.v1 import finetune_pb2 as pb
 from tests.integration.service.harness import (
     Server,
     assert_the_ray_dashboard_shows_no_lasting_secret,
+    free_port,
     kinds,
     sample,
     scrape,
@@ -66,11 +67,7 @@ def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray
 
 
 def test_the_metrics_endpoint_shows_a_real_job_moving(ray_cluster, tmp_path, tokens, policy, tiny_spec):
-    import socket
-
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+    port = free_port()
     srv = Server(tmp_path / "service", ray_cluster.jobs_api, policy, RAYFT_METRICS_PORT=str(port)).start()
     try:
         client = Client(srv.address, tokens["team-a"])
