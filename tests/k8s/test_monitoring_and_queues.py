@@ -89,17 +89,27 @@ def output_labels(expr, series: dict[str, set[str]]) -> set[str]:
 
 
 def test_the_grafana_dashboard_charts_only_series_that_rayft_exports():
+    import promql_parser
+
     from ray_jobs.observe.tracking import RAY_GAUGES
 
     (config,) = [c for c in objects("ConfigMap") if c["metadata"]["name"] == "rayft-grafana-dashboard"]
     assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
     dashboard = json.loads(config["data"]["rayft.json"])
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    used = {name for e in exprs for name in re.findall(r"\b(rayft_\w+|ray_rayft_\w+)", e)}
     series = exported_series()
-    assert used - series.keys() == set()
+    used = set()
+    for expr in (promql_parser.parse(t["expr"]) for p in dashboard["panels"] for t in p["targets"]):
+        for selector in selectors(expr):
+            assert {m.name for m in selector.matchers.matchers} <= series[selector.name], selector  # a KeyError: not ours
+            used.add(selector.name)
     assert {f"ray_rayft_job_{name}" for name in RAY_GAUGES} <= used  # every job gauge has a panel
-    assert {"rayft_jobs", "rayft_rpc_total", "rayft_watch_streams", "rayft_launch_failures_total"} <= used
+    assert {
+        "rayft_jobs",
+        "rayft_rpc_total",
+        "rayft_watch_streams",
+        "rayft_launch_failures_total",
+        "rayft_store_faults_total",
+    } <= used
 
 
 def test_every_alert_parses_selects_what_rayft_exports_and_names_only_labels_its_result_keeps():
