@@ -6,7 +6,7 @@
     rayft token list [--team NAME] | rayft token revoke ID
     rayft backup DEST.db [--data-dir DIR]                                # the job store, while the service runs
     rayft submit SPEC.yaml [--watch] [--idempotency-key K]
-    rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] [--team T] | rayft cancel JOB
+    rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] [--team T] [--limit N] | rayft cancel JOB
     rayft logs JOB [--tail N] [--follow]                                 # the last lines of the job's log
 
 Clients read ``RAYFT_ADDRESS`` (default 127.0.0.1:50051) and ``RAYFT_TOKEN``.
@@ -93,6 +93,7 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
         "--state", action="append", default=[], choices=["QUEUED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
     )
     p.add_argument("--team", default="", help="an operator's token: only this team's jobs")
+    p.add_argument("--limit", type=int, default=50, help="the newest this many jobs (default 50; 0: every one)")
     p.set_defaults(command=cmd_list)
 
 
@@ -292,16 +293,24 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    import datetime
+    import itertools
+
     from rich.console import Console
     from rich.table import Table
 
+    if args.limit < 0:
+        raise SpecError("--limit", f"a number of jobs, 0 or more (0: every one), got {args.limit}")
     table = Table("job", "team", "name", "state", "updated", "message")
-    import datetime
-
-    for job in _rpc(lambda: list(_client().list(args.state, team=args.team))):
+    wanted = args.limit + 1 if args.limit else None  # one more than shown: whether there are more to say so
+    page_size = min(wanted or 500, 500)
+    jobs = _rpc(lambda: list(itertools.islice(_client().list(args.state, page_size, team=args.team), wanted)))
+    for job in jobs[: args.limit or None]:
         updated = datetime.datetime.fromtimestamp(job.updated_at).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(job.id, job.team, job.spec.name, _state(job), updated, job.message)
     Console().print(table)
+    if args.limit and len(jobs) > args.limit:
+        print(f"(the newest {args.limit} shown; more with --limit N, or --limit 0 for every one)", file=sys.stderr)
     return 0
 
 

@@ -22,6 +22,12 @@ def token_command(data_dir, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rayft", "token", *argv], capture_output=True, text=True, env=env, timeout=120)
 
 
+def rayft_list(server, token: str, *argv: str) -> subprocess.CompletedProcess:
+    """``rayft list ...`` as a person runs it, its table wide enough for whole job ids."""
+    env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": token, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "rayft", "list", *argv], capture_output=True, text=True, env=env, timeout=120)
+
+
 def refused(call) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as info:
         call()
@@ -38,6 +44,12 @@ def test_an_operators_token_reads_watches_and_cancels_every_teams_jobs_and_creat
     operator = Client(server.address, made.stdout.strip())
 
     assert [j.id for j in operator.list(page_size=1)] == [job_b.id, job_a.id]  # every team's, newest first, in pages
+    table = rayft_list(server, made.stdout.strip())
+    assert table.returncode == 0 and f"{job_a.id} │ team-a" in table.stdout and f"{job_b.id} │ team-b" in table.stdout, table
+    newest = rayft_list(server, made.stdout.strip(), "--limit", "1")
+    assert job_b.id in newest.stdout and job_a.id not in newest.stdout and "the newest 1 shown" in newest.stderr, newest
+    own = rayft_list(server, tokens["team-a"], "--limit", "0")
+    assert job_a.id in own.stdout and job_b.id not in own.stdout and own.stderr == "", own
     assert [(j.id, j.team) for j in operator.list(team="team-a")] == [(job_a.id, "team-a")]
     assert operator.get(job_a.id).spec.name == "svc-op-a"
     logs = refused(lambda: operator.logs(job_a.id))  # reached: it has no log because it never started, not NOT_FOUND
