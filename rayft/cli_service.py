@@ -5,7 +5,7 @@
     rayft token create --operator [--expires-in 1d|12h|...]               # every team's jobs: read, watch, cancel
     rayft token list [--team NAME] | rayft token revoke ID
     rayft backup DEST.db [--data-dir DIR]                                # the job store, while the service runs
-    rayft submit SPEC.yaml [--watch] [--idempotency-key K]
+    rayft submit SPEC.yaml [--watch] [--idempotency-key K] [--dry-run]
     rayft watch JOB [--after-seq N] | rayft get JOB | rayft list [--state RUNNING] [--team T] [--limit N] | rayft cancel JOB
     rayft logs JOB [--tail N] [--follow]                                 # the last lines of the job's log
 
@@ -70,6 +70,11 @@ def add_commands(sub: Any, add_overrides: Any) -> None:
     add_overrides(p)
     p.add_argument("--idempotency-key", default="", help="retries with the same key return the same job")
     p.add_argument("--watch", action="store_true", help="follow the job to its end")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="have the service check it (fields, your team's policy, the cluster's capacity) and say where it would write; create nothing",
+    )
     p.set_defaults(command=cmd_submit)
 
     p = sub.add_parser("watch", help="follow a job's events until it ends")
@@ -249,6 +254,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # Local inputs made absolute (they work where the cluster shares this disk); the output location is the
     # service's to place unless the spec names one (a relative output.dir means "wherever the service puts it").
     spec = FineTuneSpec.load(args.spec, args.set).with_absolute_paths(output=False)
+    if args.dry_run:
+        checked = _rpc(lambda: _client().validate(spec))
+        print(f"the service would take it: team {checked.team}, output {checked.spec.output.dir} (nothing was created)")
+        return 0
     job = _rpc(lambda: _client().submit(spec, args.idempotency_key))
     print(f"{job.id} {_state(job)}")
     return watch(job.id, 0) if args.watch else 0

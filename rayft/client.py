@@ -64,6 +64,12 @@ class Client:
         request = pb.CreateJobRequest(spec=spec_to_proto(spec), idempotency_key=idempotency_key or f"auto-{uuid.uuid4()}")
         return self._stub.CreateJob(request, metadata=self._metadata, timeout=30)
 
+    def validate(self, spec: FineTuneSpec) -> pb.Job:
+        """Check the spec as the service would create it (its fields, the team's policy, the cluster's capacity):
+        the job as it would be stored, its id empty and its output under ``{job_id}``. Creates nothing."""
+        request = pb.CreateJobRequest(spec=spec_to_proto(spec), validate_only=True)
+        return self._stub.CreateJob(request, metadata=self._metadata, timeout=30)
+
     def get(self, job_id: str) -> pb.Job:
         return self._stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=self._metadata, timeout=30)
 

@@ -167,12 +167,12 @@ class FineTuningServicer(TeamServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 "an operator's token creates no jobs: submit with the team's token (rayft token create --team NAME)",
             )
-        team = caller.team
+        team, checking = caller.team, request.validate_only  # checking: nothing is stored, so no quota applies
         # The quota first: a team at its limit is refused before its spec is parsed and checked, which is
         # most of a CreateJob's cost (measured in bench/tenant_bench.py: 3.1 ms of the server's CPU a
         # refusal when it came last, beside 1.2 ms for a GetJob), so that retrying at the limit stays cheap.
-        existing = await self.store.by_key(team, request.idempotency_key) if request.idempotency_key else None
-        if existing is None and await self.store.count_active(team) >= self.settings.max_active_jobs_per_team:
+        existing = await self.store.by_key(team, request.idempotency_key) if request.idempotency_key and not checking else None
+        if existing is None and not checking and await self.store.count_active(team) >= self.settings.max_active_jobs_per_team:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"team {team!r} has {self.settings.max_active_jobs_per_team} active jobs, its limit: wait for one to end or cancel one",
@@ -188,13 +188,15 @@ class FineTuningServicer(TeamServicer):
         except SpecError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec.{exc}")
         request_hash = spec.digest()
-        job_id = f"ft-{uuid.uuid4().hex[:16]}"
+        job_id = "{job_id}" if checking else f"ft-{uuid.uuid4().hex[:16]}"  # checking: where its id would go
         try:
             spec = self.policy.apply(team, spec, job_id)
         except PolicyDenied as exc:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"spec.{exc}")
         if why := await self.reconciler.refusal(spec):  # it would wait in Ray's queue for ever
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"spec.{why}")
+        if checking:
+            return job_to_proto(JobRecord("", team, JobState.QUEUED, spec.to_dict(), 0.0, 0.0))
         now = time.time()
         record = JobRecord(
             id=job_id,

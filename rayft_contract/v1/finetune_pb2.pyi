@@ -248,12 +248,14 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., team: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., spec: _Optional[_Union[FineTuneSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., ray_submission_id: _Optional[str] = ..., message: _Optional[str] = ..., last_seq: _Optional[int] = ..., summary_json: _Optional[str] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("spec", "idempotency_key")
+    __slots__ = ("spec", "idempotency_key", "validate_only")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     spec: FineTuneSpec
     idempotency_key: str
-    def __init__(self, spec: _Optional[_Union[FineTuneSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    validate_only: bool
+    def __init__(self, spec: _Optional[_Union[FineTuneSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("job_id",)

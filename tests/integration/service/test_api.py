@@ -161,3 +161,64 @@ def test_generated_invalid_specs_get_invalid_argument_never_internal(paused_serv
 
     check()
     assert list(client.list()) == []  # nothing was stored
+
+
+def test_a_dry_run_checks_a_spec_as_a_create_would_and_stores_nothing(tokens, tiny_spec, tmp_path, policy):
+    """`rayft submit --dry-run` (CreateJob's validate_only): the same answers as a create, for a bad field, a path
+    the team's policy does not allow and a good spec, whose output it names; it stores nothing, so a team at its
+    active-jobs quota can still check a spec."""
+    import dataclasses
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.integration.service.harness import Server
+
+    server = Server.paused(tmp_path / "service", policy, RAYFT_MAX_ACTIVE_JOBS="1").start()
+    try:
+        a = Client(server.address, tokens["team-a"])
+        good = tiny_job(tiny_spec, "svc-dry")
+        checked = a.validate(good)
+        assert checked.id == "" and checked.team == "team-a" and checked.spec.name == "svc-dry"
+        assert checked.spec.output.dir == f"{tmp_path}/outputs/team-a/{{job_id}}"
+        assert list(a.list()) == []
+
+        outside = good.replace(data=dataclasses.replace(good.data, path="/etc/passwd"))
+        for spec, code, field in (
+            (outside, grpc.StatusCode.PERMISSION_DENIED, "spec.data.path"),
+            (
+                good.to_dict() | {"train": {**good.to_dict()["train"], "learning_rate": 5.0}},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "spec.train.learning_rate",
+            ),
+        ):
+            request = pb.CreateJobRequest(spec=spec_to_proto(spec), validate_only=True)
+            with pytest.raises(grpc.RpcError) as info:
+                a._stub.CreateJob(request, metadata=a._metadata)
+            assert info.value.code() == code and info.value.details().startswith(field), info.value.details()
+
+        job = a.submit(good)  # the team's one active job: a create is refused now, a check is not
+        with pytest.raises(grpc.RpcError) as info:
+            a.submit(tiny_job(tiny_spec, "svc-dry-2"))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        spec_file = tmp_path / "job.yaml"
+        spec_file.write_text(yaml.safe_dump(tiny_job(tiny_spec, "svc-dry-cli").to_dict()))
+        env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": tokens["team-a"]}
+        done = subprocess.run(
+            [sys.executable, "-m", "rayft", "submit", str(spec_file), "--dry-run"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert (
+            done.stdout
+            == f"the service would take it: team team-a, output {tmp_path}/outputs/team-a/{{job_id}} (nothing was created)\n"
+        )
+        assert [j.id for j in a.list()] == [job.id]  # nothing more was stored
+        a.cancel(job.id)
+    finally:
+        server.stop()
