@@ -100,6 +100,13 @@ def wait_for(predicate, timeout=120.0):
     raise TimeoutError
 
 
+def rayft_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    """``rayft ARGV...`` as a person runs it, in a process of its own, with ``env`` over this one's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "rayft", *argv], capture_output=True, text=True, env={**os.environ, **env}, timeout=120
+    )
+
+
 def free_port() -> int:
     """A port nothing listens on now, for a server the test starts (its metrics)."""
     import socket

@@ -168,13 +168,10 @@ def test_a_dry_run_checks_a_spec_as_a_create_would_and_stores_nothing(tokens, ti
     the team's policy does not allow and a good spec, whose output it names; it stores nothing, so a team at its
     active-jobs quota can still check a spec."""
     import dataclasses
-    import os
-    import subprocess
-    import sys
 
     import yaml
 
-    from tests.integration.service.harness import Server
+    from tests.integration.service.harness import Server, rayft_cli
 
     server = Server.paused(tmp_path / "service", policy, RAYFT_MAX_ACTIVE_JOBS="1").start()
     try:
@@ -205,14 +202,7 @@ def test_a_dry_run_checks_a_spec_as_a_create_would_and_stores_nothing(tokens, ti
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         spec_file = tmp_path / "job.yaml"
         spec_file.write_text(yaml.safe_dump(tiny_job(tiny_spec, "svc-dry-cli").to_dict()))
-        env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": tokens["team-a"]}
-        done = subprocess.run(
-            [sys.executable, "-m", "rayft", "submit", str(spec_file), "--dry-run"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
+        done = rayft_cli("submit", str(spec_file), "--dry-run", RAYFT_ADDRESS=server.address, RAYFT_TOKEN=tokens["team-a"])
         assert done.returncode == 0, done.stderr
         assert (
             done.stdout

@@ -3,29 +3,25 @@ jobs, and creates none; a team's token still reaches only its own team's."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import grpc
 import pytest
 
 from rayft.client import Client
-from tests.integration.service.harness import states, tiny_job
+from tests.integration.service.harness import rayft_cli, states, tiny_job
 
 pytestmark = pytest.mark.integration
 
 
 def token_command(data_dir, *argv: str) -> subprocess.CompletedProcess:
     """``rayft token ...`` beside the running service, on its data dir, as an operator runs it."""
-    env = {**os.environ, "RAYFT_DATA_DIR": str(data_dir)}
-    return subprocess.run([sys.executable, "-m", "rayft", "token", *argv], capture_output=True, text=True, env=env, timeout=120)
+    return rayft_cli("token", *argv, RAYFT_DATA_DIR=str(data_dir))
 
 
 def rayft_list(server, token: str, *argv: str) -> subprocess.CompletedProcess:
     """``rayft list ...`` as a person runs it, its table wide enough for whole job ids."""
-    env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": token, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "rayft", "list", *argv], capture_output=True, text=True, env=env, timeout=120)
+    return rayft_cli("list", *argv, RAYFT_ADDRESS=server.address, RAYFT_TOKEN=token, COLUMNS="200")
 
 
 def refused(call) -> grpc.RpcError:
