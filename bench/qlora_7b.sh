@@ -16,6 +16,8 @@ OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-30}
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+# The spec with its overrides, checked before the model and data are built: a refused one costs a second, not a call.
+python3 -c 'import sys; from rayft_contract.spec import FineTuneSpec; FineTuneSpec.load(sys.argv[1], sys.argv[2:])' "$PRESET" "$@"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/train.log"
 python3 -c "import sys, torch, transformers, peft, ray, bitsandbytes as b; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'ray', ray.__version__, 'bnb', b.__version__)" | tee -a "$OUT/train.log"
