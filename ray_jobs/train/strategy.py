@@ -68,24 +68,14 @@ def for_spec(spec: FineTuneSpec, world_size: int) -> Strategy:
     return {"ddp": DDP, "fsdp": FSDP2}[spec.scaling.strategy]()
 
 
-class Single:
-    name = "single"
-    one_rank_runs = True
+class _WholeModel:
+    """What :class:`Single` and :class:`DDP` share: every worker holds the whole model, so its 4-bit weights keep
+    bitsandbytes' own storage, and its state dict, backward and step are plain PyTorch's."""
 
     def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
         import torch
 
         return torch.uint8
-
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model
-
-    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model
-
-    @contextlib.contextmanager
-    def grad_sync(self, model: torch.nn.Module, enabled: bool) -> Iterator[None]:
-        yield  # nothing to synchronise
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -103,14 +93,24 @@ class Single:
         _set_full_state_dict(model, optimizer, weights, optim)
 
 
-class DDP:
-    name = "ddp"
+class Single(_WholeModel):
+    name = "single"
     one_rank_runs = True
 
-    def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
-        import torch
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
 
-        return torch.uint8
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+    @contextlib.contextmanager
+    def grad_sync(self, model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+        yield  # nothing to synchronise
+
+
+class DDP(_WholeModel):
+    name = "ddp"
+    one_rank_runs = True
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         import ray.train.torch
@@ -124,21 +124,6 @@ class DDP:
     def grad_sync(self, model: torch.nn.Module, enabled: bool) -> Iterator[None]:
         with contextlib.nullcontext() if enabled else model.no_sync():
             yield
-
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
-
-    def step(self, optimizer: Any, scheduler: Any, params: list[torch.nn.Parameter], max_grad_norm: float | None) -> None:
-        _step(optimizer, scheduler, params, max_grad_norm)
-
-    def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return _full_state_dict(model, optimizer)
-
-    def weights(self, model: torch.nn.Module) -> dict[str, Any]:
-        return _full_weights(model)
-
-    def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
-        _set_full_state_dict(model, optimizer, weights, optim)
 
 
 class FSDP2:
