@@ -68,9 +68,11 @@ def for_spec(spec: FineTuneSpec, world_size: int) -> Strategy:
     return {"ddp": DDP, "fsdp": FSDP2}[spec.scaling.strategy]()
 
 
-class _WholeModel:
-    """What :class:`Single` and :class:`DDP` share: every worker holds the whole model, so its 4-bit weights keep
-    bitsandbytes' own storage, and its state dict, backward and step are plain PyTorch's."""
+class _Torch:
+    """What every strategy here does the same way, through PyTorch's own calls: backward, the step, and state dicts
+    through ``torch.distributed.checkpoint``, which take whole tensors under :class:`Single` and :class:`DDP` and,
+    under :class:`FSDP2`, gather the shards (``clip_grad_norm_`` reduces over them, ``set_state_dict`` shards them
+    again). 4-bit weights keep bitsandbytes' own storage unless a strategy says otherwise."""
 
     def quant_storage(self, compute_dtype: torch.dtype) -> torch.dtype:
         import torch
@@ -93,7 +95,7 @@ class _WholeModel:
         _set_full_state_dict(model, optimizer, weights, optim)
 
 
-class Single(_WholeModel):
+class Single(_Torch):
     name = "single"
     one_rank_runs = True
 
@@ -108,7 +110,7 @@ class Single(_WholeModel):
         yield  # nothing to synchronise
 
 
-class DDP(_WholeModel):
+class DDP(_Torch):
     name = "ddp"
     one_rank_runs = True
 
@@ -126,7 +128,7 @@ class DDP(_WholeModel):
             yield
 
 
-class FSDP2:
+class FSDP2(_Torch):
     name = "fsdp"
     one_rank_runs = False
 
@@ -154,21 +156,6 @@ class FSDP2:
             yield
         finally:
             model.set_requires_gradient_sync(True)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
-
-    def step(self, optimizer: Any, scheduler: Any, params: list[torch.nn.Parameter], max_grad_norm: float | None) -> None:
-        _step(optimizer, scheduler, params, max_grad_norm)  # clip_grad_norm_ reduces over DTensor shards
-
-    def state_dict(self, model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return _full_state_dict(model, optimizer)  # gathers the shards
-
-    def weights(self, model: torch.nn.Module) -> dict[str, Any]:
-        return _full_weights(model)  # gathers the shards
-
-    def load_state_dict(self, model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
-        _set_full_state_dict(model, optimizer, weights, optim)  # shards them again
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
