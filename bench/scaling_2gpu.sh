@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One H200 against two, in one call on one host, the same random-weight Llama-2-7B and 20k chat rows for every run
-# (bench/qlora_7b.sh), every step reported. Two modes, one device call each (about 6 minutes at STEPS=16):
+# (bench/qlora_7b.sh), every step reported. Two modes, one device call each (estimated at 6 minutes each at STEPS=16; the old three-run script's was 8):
 #   ddp:  the 1-GPU preset, then the 2-GPU preset under DDP, both as shipped (FP8 on);
 #   fsdp: the same two with quantization.fp8=false, the second under FSDP2 (QLoRA, NF4 stored as bf16). FSDP
 #         shards the base that FP8 keeps whole, so the spec refuses the pair; its 1-GPU run is then the bf16 one,
@@ -38,6 +38,7 @@ pairs=()
 for r in "${runs[@]}"; do
   IFS='|' read -r name preset sets <<<"$r"
   echo "== $name ($preset $sets)" | tee -a "$OUT/runs.log"
+  rm -rf "/tmp/runs/$name"  # a summary left by an earlier call on this warm machine must not stand in for this run's
   # shellcheck disable=SC2086
   RUN_NAME="$name" PRESET="$preset" OUT="/tmp/bench-runs/$name" bash bench/qlora_7b.sh $sets 2>&1 | tail -22 \
     | tee -a "$OUT/runs.log" || echo "FAILED: $name" | tee -a "$OUT/runs.log"
