@@ -19,6 +19,7 @@ if [ "$what" != run ]; then
     | grep -v -E "raylet|core_worker" | tail -15 | tee "$OUT/gpu_tests.txt")
 fi
 [ "$what" != tests ] || exit 0
+rm -rf /tmp/runs/qlora-7b-1gpu  # an earlier call's summary on this warm machine must not stand in for a failed run
 STEPS=${STEPS:-30} bash bench/qlora_7b.sh 2>&1 | tail -8
 source .gpu/env.sh
 python3 bench/compare_runs.py "$OUT/against_reference.png" ref=bench/reference/qlora_7b_1gpu_h200 \
