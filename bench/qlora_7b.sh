@@ -9,15 +9,17 @@
 # With the torch.profiler cross-check: PROFILE=21:30 STEPS=40 bash bench/qlora_7b.sh
 # RUN_NAME names the run (/tmp/runs/RUN_NAME; default: the preset's name), LOG_EVERY its report interval.
 # TRAIN_FLAGS go to `rayft train` as they are: TRAIN_FLAGS="--cap-gpu-memory 40" runs as a 40 GB GPU would.
+# CHECK_ONLY=1 checks the spec and its overrides and stops (no GPU needed; PY names the Python, python3 by default).
 set -euo pipefail
-source .gpu/env.sh
-export PYTHONPATH=$PWD:$PYTHONPATH
+[ -n "${CHECK_ONLY:-}" ] || source .gpu/env.sh
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
+# The spec with its overrides, checked before the model and data are built: a refused one costs a second, not a call.
+"${PY:-python3}" -c 'import sys; from rayft_contract.spec import FineTuneSpec; FineTuneSpec.load(sys.argv[1], sys.argv[2:])' "$PRESET" "$@"
+[ -z "${CHECK_ONLY:-}" ] || exit 0
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-30}
-PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
-# The spec with its overrides, checked before the model and data are built: a refused one costs a second, not a call.
-python3 -c 'import sys; from rayft_contract.spec import FineTuneSpec; FineTuneSpec.load(sys.argv[1], sys.argv[2:])' "$PRESET" "$@"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/train.log"
 python3 -c "import sys, torch, transformers, peft, ray, bitsandbytes as b; print(sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'ray', ray.__version__, 'bnb', b.__version__)" | tee -a "$OUT/train.log"

@@ -27,8 +27,7 @@ PY=${PY:-python3}
 for r in "${runs[@]}"; do
   IFS='|' read -r name preset sets <<<"$r"
   # shellcheck disable=SC2086  # the overrides split on spaces, as they are written above
-  "$PY" -c 'import sys; from rayft_contract.spec import FineTuneSpec; FineTuneSpec.load(sys.argv[1], sys.argv[2:])' \
-    "$preset" $sets || { echo "$name: its spec is refused (above)" >&2; exit 2; }
+  CHECK_ONLY=1 PY="$PY" PRESET="$preset" bash bench/qlora_7b.sh $sets || { echo "$name: its spec is refused (above)" >&2; exit 2; }
 done
 [ -z "${CHECK_ONLY:-}" ] || exit 0
 
