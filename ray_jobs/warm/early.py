@@ -1,4 +1,4 @@
-"""A one-GPU job's own worker, started as soon as its driver is connected (``RAYFT_EARLY_WORKER``).
+"""A one-worker job's own worker, started as soon as its driver is connected (``RAYFT_EARLY_WORKER``).
 
 It is a warm worker (``ray_jobs.warm.pool.WarmWorker``) of the job's shape, lent to that job alone: the driver leases it
 in ``pool.take``, and ``pool.fit`` runs the loop on it with Ray Train behind it, as for a pool's worker. On an
@@ -34,8 +34,11 @@ def start(spec: FineTuneSpec, resumes_ray_train: bool, setting: str | None = Non
     It compiles nothing on the base: that cost 7.6-9.6 s more than it saved on the H200, where the node had the
     kernels. On a node without them, where the cluster's kernel store has none either, ``ray_jobs.train.compile_ahead.launch``
     stops it for Ray Train and a copy."""
+    import ray
+
     setting = os.environ.get(ENV, "") if setting is None else setting
-    if why := why_not(spec, resumes_ray_train, setting, WarmSettings.from_env()):
+    cluster_cpus = ray.cluster_resources().get("CPU", 0.0)
+    if why := why_not(spec, resumes_ray_train, setting, WarmSettings.from_env(), cluster_cpus):
         log.info("no early worker: %s", why)
         return None
     from ray_jobs.warm.pool import worker_class
@@ -45,19 +48,37 @@ def start(spec: FineTuneSpec, resumes_ray_train: bool, setting: str | None = Non
     return worker_class().options(num_gpus=shape.gpus, num_cpus=shape.cpus).remote(spec, early=True)
 
 
-def why_not(spec: FineTuneSpec, resumes_ray_train: bool, setting: str, settings: WarmSettings) -> str:
-    """Why :func:`start` starts no worker, with ``setting`` as ``RAYFT_EARLY_WORKER`` (``0``: never; ``1``: CPU
-    jobs too, as the CPU tests run it; unset: one-GPU jobs); empty where it starts one."""
+def why_not(spec: FineTuneSpec, resumes_ray_train: bool, setting: str, settings: WarmSettings, cluster_cpus: float) -> str:
+    """Why :func:`start` starts no worker, with ``setting`` as ``RAYFT_EARLY_WORKER``; empty where it starts one.
+
+    ``0``: never. Unset: one-GPU jobs, and one-worker CPU jobs on a cluster of ``cluster_cpus`` that holds the worker
+    and the data's tokenizers at once (:func:`cpus_beside`). ``1``: every one-worker job.
+
+    Why CPU jobs too: on 2 cores, a tiny one-worker job's first step came 11.4-11.5 s after its start this way, against
+    20.9-22.1 s through Ray Train (bench/cpu_job_start.py; bench/RESULTS.md, "CPU jobs' start"). Why the room check:
+    the worker holds its CPUs from the connect on, so on a cluster too small for both, the fill's tokenizer actors
+    would wait for a worker that waits for them."""
     if setting not in ("", "0", "1"):
-        raise ValueError(f"{ENV}={setting!r}: 0 (never), 1 (CPU jobs too), or unset (one-GPU jobs)")
+        raise ValueError(f"{ENV}={setting!r}: 0 (never), 1 (every one-worker job), or unset (where there is room)")
     if setting == "0":
         return f"{ENV}=0"
     if Shape.of(spec) is None:
         return "a job of several workers runs on Ray Train"
-    if not spec.scaling.use_gpu and setting != "1":
-        return f"a CPU job ({ENV}=1 starts one for CPU jobs too)"
+    if not spec.scaling.use_gpu and setting != "1" and cluster_cpus < (need := cpus_beside(spec)):
+        return (
+            f"a CPU job on a cluster of {cluster_cpus:g} CPUs: the worker and the data's tokenizers need {need:g} at "
+            f"once ({ENV}=1 starts one all the same)"
+        )
     if settings.workers:
         return "the operator's warm pool serves one-worker jobs (RAYFT_WARM_WORKERS)"
     if resumes_ray_train:
         return "Ray Train resumes the run it began"
     return ""
+
+
+def cpus_beside(spec: FineTuneSpec) -> float:
+    """The CPUs a one-worker job holds while its data fills: the worker's, a tokenizer actor's each
+    (``ray_jobs.data.pipeline``) and a reading task's (``ray_jobs.data.reading.HELPER_CPUS``)."""
+    from ray_jobs.data.reading import HELPER_CPUS
+
+    return spec.scaling.cpus_per_worker + spec.data.tokenize_workers + HELPER_CPUS
