@@ -90,7 +90,8 @@ class WarmWorker:
 
     def train(self, loop: LoopConfig, datasets: dict[str, Any], queue: Any, checkpoints: Location, env: dict[str, str]) -> Any:
         """Run ``loop`` as rank 0 of 1, in the environment of the job that took this worker; returns the last
-        checkpoint persisted (``None`` if none was)."""
+        checkpoint persisted, else the one it resumed from (as Ray Train's result does: a re-run already at its
+        end then says where it is), else ``None``."""
         import ray
 
         from ray_jobs.train import session
@@ -106,7 +107,7 @@ class WarmWorker:
         session.use(runner)
         train_loop_per_worker({"loop": loop})
         runner.wait()
-        return runner.latest
+        return runner.latest or loop.resume_from
 
 
 class WarmPool:

@@ -1,7 +1,9 @@
 """Each injected bottleneck is named as the bottleneck; a healthy run raises no alarm; the phases add up.
 
-Every test runs a real job (local Ray, 2 CPU workers, the tiny model) with one slowdown injected
-through ``ray_jobs.chaos`` or the data, then reads the diagnosis from the summary and the events.
+Every test runs a real job (local Ray, the tiny model) with one slowdown injected through ``ray_jobs.chaos`` or the
+data, then reads the diagnosis from the summary and the events. One worker, on its own worker started at the connect
+(``ray_jobs.warm.early``, as a one-GPU job runs), unless a test says otherwise: the rules read the steps, whichever
+process ran them, and such a job costs about half a Ray Train one on 2 cores (bench/cpu_job_start.py).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from ray_jobs.tiny import WORDS
 pytestmark = pytest.mark.integration
 
 
-def profiled(spec, chaos=NO_CHAOS, steps=30, checkpoint_every=None, log_every=5, **data):
+def profiled(spec, chaos=NO_CHAOS, steps=30, checkpoint_every=None, log_every=5, workers=1, **data):
     spec = spec.replace(
+        scaling=dataclasses.replace(spec.scaling, num_workers=workers),
         data=dataclasses.replace(spec.data, val_fraction=0.0, **data),
         train=dataclasses.replace(
             spec.train, max_steps=steps, log_every=log_every, checkpoint_every=checkpoint_every or steps, eval_every=None
@@ -40,8 +43,14 @@ def kinds(summary):
     return [f.kind for f in summary.diagnosis]
 
 
-def test_healthy_run_raises_no_alarm_and_its_phases_add_up(ray_cluster, tiny_spec):
-    summary, events, wall = profiled(tiny_spec)
+@pytest.mark.parametrize(
+    ("workers", "worker"), [(1, "early: the job's own"), (2, "Ray Train's")], ids=["early-worker", "ray-train"]
+)
+def test_healthy_run_raises_no_alarm_and_its_phases_add_up(ray_cluster, tiny_spec, workers, worker):
+    """On both paths a job's worker takes: its own started at the connect, whose start overlaps the data's, and Ray
+    Train's, whose launch follows it."""
+    summary, events, wall = profiled(tiny_spec, workers=workers)
+    assert summary.worker.startswith(worker), summary.worker
     assert kinds(summary) == [] and events == [], summary.diagnosis
     assert summary.verdict.startswith("no bottleneck")
     phases = summary.timing.phases

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 def test_tensorboard_is_live_and_mlflow_and_wandb_have_the_jobs_metrics_and_parameters(ray_cluster, tiny_spec):
     spec = tiny_spec.replace(
         name="tiny-tracked",
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),  # the driver tracks, whichever worker trains
         train=dataclasses.replace(tiny_spec.train, max_steps=20, log_every=2, eval_every=10, checkpoint_every=20),
         tracking=dataclasses.replace(tiny_spec.tracking, mlflow=True, wandb=True),
     )
@@ -104,6 +105,7 @@ def test_a_driver_that_starts_off_the_cluster_exports_its_gauges(ray_cluster, ti
 
     spec = tiny_spec.replace(
         name="tiny-own-driver",
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
         train=dataclasses.replace(tiny_spec.train, max_steps=4, log_every=2, eval_every=None, checkpoint_every=4),
     )
     (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))

@@ -1,7 +1,10 @@
-"""The training job end to end on a local Ray cluster: 2 CPU workers, a tiny random Llama.
+"""The training job end to end on a local Ray cluster, a tiny random Llama.
 
-Each test runs a real Ray Data pipeline into a real Ray Train TorchTrainer (gloo). The session
-starts one cluster (``ray_cluster``); a run takes 40-90 s on 2 cores, mostly worker start-up.
+Each test runs a real Ray Data pipeline into real training: Ray Train's TorchTrainer over 2 CPU workers (gloo) where
+the test is about several workers (DDP, FSDP, a rank that fails, Ray Train's storage), else one worker on its own
+worker started at the connect (``ray_jobs.warm.early``, as a one-GPU job runs), at about half the cost on 2 cores
+(bench/cpu_job_start.py). The session starts one cluster (``ray_cluster``); a run takes 15-90 s on 2 cores, mostly
+worker start-up.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ pytestmark = pytest.mark.integration
 
 def with_train(spec, **changes):
     return spec.replace(train=dataclasses.replace(spec.train, **changes))
+
+
+def one_worker(spec):
+    return spec.replace(scaling=dataclasses.replace(spec.scaling, num_workers=1))
 
 
 def heldout_loss(model, tokenizer, rows):
@@ -111,20 +118,21 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
 
 
 def test_qlora_nf4_runs_on_the_cpu_backend(ray_cluster, tiny_spec):
-    spec = with_train(tiny_spec, max_steps=12, eval_every=None, checkpoint_every=12, log_every=4)
+    spec = with_train(one_worker(tiny_spec), max_steps=12, eval_every=None, checkpoint_every=12, log_every=4)
     spec = spec.replace(
         name="tiny-qlora",
         quantization=dataclasses.replace(spec.quantization, mode="nf4"),
         model=dataclasses.replace(spec.model, dtype="bfloat16"),
     )
     summary = run(spec).summary
+    assert summary.worker.endswith("its base loaded before the job"), "NF4 loaded by the early worker, beside the data"
     assert summary.quantized_layers > 0  # Linear4bit modules under the LoRA layers
     assert summary.eval_loss < summary.initial_eval_loss - 0.5, summary
 
 
 def test_a_step_out_of_memory_halves_the_micro_batch_once_and_the_job_trains_on(ray_cluster, tiny_spec):
     spec = with_train(tiny_spec, max_steps=20, micro_batch_size=4, global_batch_size=8, eval_every=None, log_every=5)
-    spec = spec.replace(name="tiny-oom", scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1))
+    spec = one_worker(spec).replace(name="tiny-oom")
     summary = run(spec, chaos=Chaos(oom_above_rows=2)).summary  # a micro-batch of 4 rows "does not fit"
 
     assert summary.micro_batch == "2 (step 1 ran out of GPU memory at micro-batch 4: halved, global batch unchanged)"
@@ -136,7 +144,9 @@ def test_a_step_out_of_memory_halves_the_micro_batch_once_and_the_job_trains_on(
 def test_early_stopping_ends_a_job_whose_eval_loss_stopped_falling_and_exports_the_best_adapter(ray_cluster, tiny_spec):
     from safetensors.torch import load_file
 
-    spec = with_train(tiny_spec, max_steps=60, eval_every=5, log_every=5, checkpoint_every=30, early_stopping_patience=2)
+    spec = with_train(
+        one_worker(tiny_spec), max_steps=60, eval_every=5, log_every=5, checkpoint_every=30, early_stopping_patience=2
+    )
     spec = spec.replace(name="tiny-early-stop")
     result = run(spec, chaos=Chaos(overfit_after_step=10))  # every eval after step 10 reads worse
     summary = result.summary
@@ -156,7 +166,7 @@ def test_stopping_by_token_accuracy_with_the_last_adapter_exported_and_the_specs
     from safetensors.torch import load_file
 
     spec = with_train(
-        tiny_spec,
+        one_worker(tiny_spec),
         max_steps=60,
         eval_every=5,
         log_every=5,
@@ -280,7 +290,7 @@ def test_a_run_already_at_its_end_fails_with_the_reason_and_overwrite_starts_ove
     from ray_jobs.run import NothingTrained
 
     spec = with_train(tiny_spec, max_steps=4, checkpoint_every=4, log_every=2, eval_every=None)
-    spec = spec.replace(scaling=dataclasses.replace(spec.scaling, num_workers=1))  # the driver's decision: one worker will do
+    spec = one_worker(spec)  # the driver's decision: one worker will do
     first = run(spec)
     (Path(first.run_dir) / "summary.json").unlink()  # as if the job died after its last checkpoint
     with pytest.raises(NothingTrained, match="trained 0 steps of 4: its checkpoint is already at step 4"):
@@ -359,7 +369,7 @@ def test_with_shuffle_off_a_sorted_dataset_trains_in_its_order_and_the_loss_jump
 ):
     """The control: ``data.shuffle: false`` (a curriculum) trains the halves one after the other."""
     data = write_sorted_halves(tmp_path / "sorted.jsonl", rows=700)
-    spec = with_train(tiny_spec, max_steps=None, epochs=1, log_every=1, eval_every=None, checkpoint_every=100)
+    spec = with_train(one_worker(tiny_spec), max_steps=None, epochs=1, log_every=1, eval_every=None, checkpoint_every=100)
     spec = spec.replace(name="in-order", data=dataclasses.replace(spec.data, path=str(data), val_fraction=0.0, shuffle=False))
     events = []
     run(spec, on_event=events.append, chaos=Chaos(record_rows=True))

@@ -31,7 +31,9 @@ pytestmark = pytest.mark.integration
 
 def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray_cluster, tmp_path):
     client = Client(server.address, tokens["team-a"])
-    job = client.submit(tiny_job(tiny_spec, "svc-ok"))
+    # Two workers: a run of Ray Train's, which the dashboard's Train view lists (below). A one-worker job runs on
+    # its own early worker, which the Train view does not list (README, "A one-worker job's worker").
+    job = client.submit(tiny_job(tiny_spec, "svc-ok", workers=2))
     assert job.spec.output.dir == f"{tmp_path}/outputs/team-a/{job.id}"  # the team's root, then the job's own directory
     events = list(client.watch(job.id))
 
