@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -295,13 +294,12 @@ def _fit(spec: FineTuneSpec, loop: Any, failures: int, *, datasets: dict[str, An
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    # The dashboard's Train view (runs, their workers and status) is empty unless the driver turns Ray
-    # Train's state tracking on (off by default in 2.60): one detached actor, no CPU.
-    os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
-
     from ray_jobs.events import ForwardReports, fit_trainer
     from ray_jobs.train.loop import train_loop_per_worker
     from ray_jobs.train.session import train_run_name
+    from ray_jobs.warm.train_view import tracking_on
+
+    tracking_on()  # the dashboard's Train view lists this run (ray_jobs.warm.train_view lists a warm worker's)
 
     trainer = TorchTrainer(
         train_loop_per_worker,

@@ -88,6 +88,12 @@ class WarmWorker:
         """Returns once the imports are done: how long they took."""
         return self.ready_s
 
+    def where(self) -> Any:
+        """This worker's place, for the job's run in the Train view (``ray_jobs.warm.train_view``)."""
+        from ray_jobs.warm.train_view import here
+
+        return here()
+
     def train(self, loop: LoopConfig, datasets: dict[str, Any], queue: Any, checkpoints: Location, env: dict[str, str]) -> Any:
         """Run ``loop`` as rank 0 of 1, in the environment of the job that took this worker; returns the last
         checkpoint persisted, else the one it resumed from (as Ray Train's result does: a re-run already at its
@@ -343,6 +349,7 @@ def fit(
 
     from ray_jobs.events import Fitted, failure_event
     from ray_jobs.train.session import latest_in
+    from ray_jobs.warm import train_view
 
     failures = loop.spec.train.max_failures
     # An early worker's failed start is no failure of the job's; a pool checked its own worker's before lending it.
@@ -350,11 +357,15 @@ def fit(
         lease.end()
         lease = None
     if lease is not None:
+        view = train_view.open_run(loop.spec, loop.identity.owner, lease.worker, datasets, checkpoints)
         try:
             env = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
-            return Fitted(None, ray.get(lease.worker.train.remote(loop, datasets, queue, checkpoints, env)))
+            fitted = Fitted(None, ray.get(lease.worker.train.remote(loop, datasets, queue, checkpoints, env)))
+            train_view.end_run(view, None)
+            return fitted
         except ray.exceptions.RayError as exc:
             cause = getattr(exc, "cause", None) or exc
+            train_view.end_run(view, cause)
             queue.put(failure_event({0: cause}))
             if failures == 0:
                 return Fitted(cause)

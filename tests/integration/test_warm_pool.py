@@ -14,6 +14,7 @@ from ray_jobs.run import run
 from ray_jobs.tiny import write_dataset_with_bad_rows
 from ray_jobs.warm.control import state_of, until_ready
 from ray_jobs.warm.pool import running_pool
+from tests.integration.dashboard import train_view_runs
 
 pytestmark = pytest.mark.integration
 
@@ -176,6 +177,14 @@ def test_a_one_worker_job_trains_in_its_own_worker_started_at_connect_as_ray_tra
     assert [p["step"] for p in after] == [5, 6, 7, 8] and summary.worker == "Ray Train's, started for this job"
     assert {p["step"]: p["loss"] for p in before + after} == pytest.approx(_losses(ray_train_events), rel=1e-5)
     assert summary.restarts == 1 and _live_warm_workers() == 0
+    # The dashboard's Train view lists the early worker's run as it lists Ray Train's: ERRORED with the injected
+    # failure and its one worker, then Ray Train's run that resumed it.
+    (ray_train,) = train_view_runs(ray_cluster, "early-0")  # a local run's name is the spec's
+    early, resumed = train_view_runs(ray_cluster, "early-1")
+    assert ray_train["status"] == resumed["status"] == "FINISHED" and early["status"] == "ERRORED", (early, resumed)
+    assert "injected failure at step 6" in early["status_detail"] and early["job_id"] == ray_train["job_id"]
+    (attempt,) = early["attempts"]
+    assert attempt["status"] == "ERRORED" and [w["world_rank"] for w in attempt["workers"]] == [0]
 
     path = tmp_path / "mixed.jsonl"
     write_dataset_with_bad_rows(path, rows=200, bad=20)  # 10%: the fill fails, after the worker started

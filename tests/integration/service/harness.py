@@ -68,7 +68,7 @@ def running_ray_jobs(jobs_api: str) -> list[str]:
     return [j.submission_id for j in jobs if j.submission_id and str(j.status).split(".")[-1] in ("PENDING", "RUNNING")]
 
 
-def tiny_job(tiny_spec, name: str, steps: int = 10, workers: int = 1):
+def tiny_job(tiny_spec, name: str, steps: int = 10):
     """The tiny preset as a team submits it: no output.dir of its own (the service puts it under the team's root).
     One training worker: these tests are about the service, and a one-worker job runs on its own worker started at
     the connect (``ray_jobs.warm.early``), at about half the time of one on Ray Train (bench/cpu_job_start.py); two
@@ -77,7 +77,7 @@ def tiny_job(tiny_spec, name: str, steps: int = 10, workers: int = 1):
         name=name,
         data=dataclasses.replace(tiny_spec.data, val_fraction=0.0),
         output=dataclasses.replace(tiny_spec.output, dir="runs"),
-        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=workers),
+        scaling=dataclasses.replace(tiny_spec.scaling, num_workers=1),
     )
     return spec.replace(
         train=dataclasses.replace(spec.train, max_steps=steps, log_every=2, eval_every=None, checkpoint_every=steps)

@@ -14,6 +14,7 @@ import pytest
 
 from rayft.client import Client
 from rayft_contract.v1 import finetune_pb2 as pb
+from tests.integration.dashboard import train_view_runs
 from tests.integration.service.harness import (
     Server,
     assert_the_ray_dashboard_shows_no_lasting_secret,
@@ -31,9 +32,7 @@ pytestmark = pytest.mark.integration
 
 def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray_cluster, tmp_path):
     client = Client(server.address, tokens["team-a"])
-    # Two workers: a run of Ray Train's, which the dashboard's Train view lists (below). A one-worker job runs on
-    # its own early worker, which the Train view does not list (README, "A one-worker job's worker").
-    job = client.submit(tiny_job(tiny_spec, "svc-ok", workers=2))
+    job = client.submit(tiny_job(tiny_spec, "svc-ok"))
     assert job.spec.output.dir == f"{tmp_path}/outputs/team-a/{job.id}"  # the team's root, then the job's own directory
     events = list(client.watch(job.id))
 
@@ -59,13 +58,12 @@ def test_submit_watch_to_success_and_ray_lists_it(server, tokens, tiny_spec, ray
         "JobStatus.SUCCEEDED",
     )
     # The dashboard's Train view names the run after the team, the job and its id, and links it to the
-    # Ray job above (whose metadata holds the model and the dataset).
-    import json
-    import urllib.request
-
-    runs = json.loads(urllib.request.urlopen(f"{ray_cluster.jobs_api}/api/train/v2/runs/v1", timeout=30).read())["train_runs"]
-    (run,) = [r for r in runs if r["name"] == f"team-a.svc-ok.{job.id}"]
+    # Ray job above (whose metadata holds the model and the dataset). A one-worker job's run is its early worker's
+    # (ray_jobs.warm.train_view); test_warm_pool.py shows Ray Train's beside one.
+    (run,) = train_view_runs(ray_cluster, f"team-a.svc-ok.{job.id}")
     assert run["job_id"] == info.job_id and run["status"] == "FINISHED"
+    (attempt,) = run["attempts"]
+    assert attempt["status"] == "FINISHED" and [w["world_rank"] for w in attempt["workers"]] == [0]
 
 
 def test_the_metrics_endpoint_shows_a_real_job_moving(ray_cluster, tmp_path, tokens, policy, tiny_spec):
