@@ -61,8 +61,11 @@ def test_second_run_downloads_and_tokenizes_nothing_and_looks_its_inputs_up_once
     spec = replace(tiny_spec, "model", path="s3://rayft-cache/models/tiny")
     spec = replace(spec, "data", path="s3://rayft-cache/data/", overlong="drop")
     spec = replace(spec, "train", max_steps=4, log_every=2, checkpoint_every=4, eval_every=None)
+    # One worker, its own started at the connect, as a one-GPU job's; the hits are still one a job (below).
+    spec = replace(spec, "scaling", num_workers=1)
 
     cold = run(spec.replace(name="cold")).summary
+    assert cold.worker.startswith("early: "), cold.worker
     data, model = cold.caches.dataset, cold.caches.model
     assert (data.hit, data.bytes_downloaded, data.rows_tokenized) == (False, bucket["data_bytes"], 1000)
     assert (model.source, model.bytes_downloaded) == ("download", bucket["model_bytes"])
