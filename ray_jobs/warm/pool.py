@@ -347,6 +347,7 @@ def fit(
     (``on_ray_train(loop, max_failures)`` fits and returns ``ray_jobs.events``' result)."""
     import ray
 
+    from ray_jobs.background import in_background
     from ray_jobs.events import Fitted, failure_event
     from ray_jobs.train.session import latest_in
     from ray_jobs.warm import train_view
@@ -357,15 +358,18 @@ def fit(
         lease.end()
         lease = None
     if lease is not None:
-        view = train_view.open_run(loop.spec, loop.identity.owner, lease.worker, datasets, checkpoints)
+        # The Train view's records are written beside training, not before it: the cluster's first such job waits
+        # for Ray Train's state actor to start. The worker answers where() before it takes train().
+        place = lease.worker.where.remote()
+        view = in_background(train_view.open_run, loop.spec, loop.identity.owner, lease.worker, place, datasets, checkpoints)
         try:
             env = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
             fitted = Fitted(None, ray.get(lease.worker.train.remote(loop, datasets, queue, checkpoints, env)))
-            train_view.end_run(view, None)
+            train_view.end_run(view.result(), None)
             return fitted
         except ray.exceptions.RayError as exc:
             cause = getattr(exc, "cause", None) or exc
-            train_view.end_run(view, cause)
+            train_view.end_run(view.result(), cause)
             queue.put(failure_event({0: cause}))
             if failures == 0:
                 return Fitted(cause)

@@ -33,7 +33,8 @@ def tracking_on() -> bool:
 
 
 def here() -> Any:
-    """This process's place (node, address, pid, accelerators), as Ray Train's worker reports its own; called in the
+    """This process's place (node, address, pid, accelerators), as Ray Train's worker reports its own
+    (``RayTrainWorker.get_metadata``, a method of Ray Train's worker actor, which a warm worker is not); called in the
     warm worker."""
     import socket
 
@@ -53,7 +54,10 @@ def here() -> Any:
 class TrainViewRun:
     """One warm worker's run of one job, from its start to :meth:`end`."""
 
-    def __init__(self, spec: FineTuneSpec, owner: str, worker: Any, datasets: dict[str, Any], checkpoints: Location) -> None:
+    def __init__(
+        self, spec: FineTuneSpec, owner: str, worker: Any, place: Any, datasets: dict[str, Any], checkpoints: Location
+    ) -> None:
+        """``place``: the ref of the worker's ``where()`` (:func:`here`)."""
         import ray
         from ray.train import DataConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig
@@ -64,14 +68,15 @@ class TrainViewRun:
         from ray_jobs.train.session import train_run_name
 
         self.manager, self.run_id, self.attempt_id = TrainStateManager(), uuid.uuid4().hex, uuid.uuid4().hex
+        name = train_run_name(spec, owner)  # the name Ray Train's run of this job has, and its storage
         resources = {"CPU": float(spec.scaling.cpus_per_worker), **({"GPU": 1.0} if spec.scaling.use_gpu else {})}
         self.manager.create_train_run(
             id=self.run_id,
-            name=train_run_name(spec, owner),  # the name Ray Train's run of this job has, and its storage
+            name=name,
             job_id=ray.get_runtime_context().get_job_id(),
             controller_actor_id=worker._actor_id.hex(),  # the worker is its own controller: the view follows its life
             controller_log_file_path=None,
-            run_config=RunConfig(name=train_run_name(spec, owner), storage_path=checkpoints.uri),
+            run_config=RunConfig(name=name, storage_path=checkpoints.uri),
             train_loop_config=None,
             scaling_config=ScalingConfig(num_workers=1, use_gpu=spec.scaling.use_gpu, resources_per_worker=resources),
             backend_config=TorchConfig(),
@@ -79,13 +84,13 @@ class TrainViewRun:
             dataset_config=DataConfig(),
         )
         self.manager.create_train_run_attempt(self.run_id, self.attempt_id, 1, resources)
-        place = Worker(
+        record = Worker(
             actor=worker,
-            metadata=ray.get(worker.where.remote()),
+            metadata=ray.get(place),
             resources=resources,
             distributed_context=DistributedContext(world_rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0),
         )
-        self.manager.update_train_run_attempt_running(self.run_id, self.attempt_id, [place])
+        self.manager.update_train_run_attempt_running(self.run_id, self.attempt_id, [record])
         self.manager.update_train_run_running(self.run_id)
 
     def end(self, error: BaseException | None) -> None:
@@ -98,12 +103,14 @@ class TrainViewRun:
             self.manager.update_train_run_errored(self.run_id, detail)
 
 
-def open_run(spec: FineTuneSpec, owner: str, worker: Any, datasets: dict[str, Any], checkpoints: Location) -> TrainViewRun | None:
+def open_run(
+    spec: FineTuneSpec, owner: str, worker: Any, place: Any, datasets: dict[str, Any], checkpoints: Location
+) -> TrainViewRun | None:
     """The job's run in the Train view, running; ``None`` where tracking is off or the records failed (logged)."""
     if not tracking_on():
         return None
     try:
-        return TrainViewRun(spec, owner, worker, datasets, checkpoints)
+        return TrainViewRun(spec, owner, worker, place, datasets, checkpoints)
     except Exception:  # Ray's developer API moved, or its state actor is gone: the view is lost, not the job
         log.warning("the Train view will not list this job's run", exc_info=True)
         return None

@@ -16,5 +16,5 @@ def test_state_tracking_is_on_unless_the_operator_turned_it_off(monkeypatch, tin
     monkeypatch.setenv(train_view.TRACKING_ENV, "0")
     assert not train_view.tracking_on()
     # Off: nothing is asked of Ray (no worker, no state actor; this process has no cluster), and the job goes on.
-    assert train_view.open_run(tiny_spec, "team-a", worker=None, datasets={}, checkpoints=None) is None
+    assert train_view.open_run(tiny_spec, "team-a", worker=None, place=None, datasets={}, checkpoints=None) is None
     train_view.end_run(None, None)
