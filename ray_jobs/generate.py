@@ -32,18 +32,20 @@ def base_of(adapter: Path, base: str | None = None) -> tuple[str, str]:
 
     saved = json.loads((adapter / "adapter_config.json").read_text())
     name = base or saved["base_model_name_or_path"]
-    return name, fetch_model(name, None if base else saved.get("revision")).path
+    field = "--base" if base else "the base its adapter_config.json names (--base to give another)"
+    return name, fetch_model(name, None if base else saved.get("revision"), field=field).path
 
 
 def load(adapter: Path, base: str | None = None) -> tuple[Any, Any]:
     """``(model, tokenizer)``: the base (``base``, or the one the adapter names) with the adapter, in eval mode."""
+    name, local = base_of(adapter, base)  # a base that is not there is said before the imports' seconds
+
     import torch
     from peft import PeftModel
     from transformers import AutoTokenizer
 
     from ray_jobs.cache.model_files import load_pretrained
 
-    name, local = base_of(adapter, base)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = load_pretrained(local, name, dtype=dtype, device_map={"": device})

@@ -198,14 +198,16 @@ def _train(spec: FineTuneSpec, args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    from ray_jobs import generate
+
+    adapter = generate.adapter_dir(args.adapter)  # RUN or RUN/adapter, as `rayft generate` takes it
+    base, local = generate.base_of(adapter, args.base)  # a base that is not there is said before the imports' seconds
+
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from ray_jobs import generate
     from ray_jobs.cache.model_files import load_pretrained
 
-    adapter = generate.adapter_dir(args.adapter)  # RUN or RUN/adapter, as `rayft generate` takes it
-    base, local = generate.base_of(adapter, args.base)
     model = PeftModel.from_pretrained(load_pretrained(local, base), adapter)
     model.merge_and_unload().save_pretrained(args.out)
     AutoTokenizer.from_pretrained(adapter).save_pretrained(args.out)

@@ -28,21 +28,23 @@ from rayft_contract.spec import SpecError
 __all__ = ["Fetched", "fetch_model", "hub_snapshot"]
 
 
-def fetch_model(path: str, revision: str | None = None, root: str | None = None, *, count_hit: bool = True) -> Fetched:
+def fetch_model(
+    path: str, revision: str | None = None, root: str | None = None, *, count_hit: bool = True, field: str = "model.path"
+) -> Fetched:
     """A local directory holding the model at ``path`` (downloading it into the cache if needed).
 
     ``count_hit=False`` for the job's other processes (tokenizer actors, training workers): the driver's
-    call already counted the job's hit."""
+    call already counted the job's hit. ``field``: what an error names (``rayft merge`` names the adapter's base)."""
     start = time.perf_counter()
     if path.startswith("s3://"):
-        return _from_s3(path, root or entries.default_root(), start, count_hit)
+        return _from_s3(path, root or entries.default_root(), start, count_hit, field)
     if Path(path).expanduser().is_dir():
         local = Path(path).expanduser()
         return Fetched(str(local), "local", identity=_files_identity(local))
-    return _from_hub(path, revision, start)
+    return _from_hub(path, revision, start, field)
 
 
-def _from_s3(uri: str, root: str, start: float, count_hit: bool) -> Fetched:
+def _from_s3(uri: str, root: str, start: float, count_hit: bool, field: str) -> Fetched:
     import pyarrow.fs as pafs
     from filelock import FileLock
 
@@ -51,7 +53,7 @@ def _from_s3(uri: str, root: str, start: float, count_hit: bool) -> Fetched:
     src = location(uri)
     files = [f for f in src.fs.get_file_info(pafs.FileSelector(src.path, recursive=True)) if f.type == pafs.FileType.File]
     if not any(f.path.endswith("/config.json") for f in files):
-        raise SpecError("model.path", f"{uri!r} holds no config.json; point it at a Hugging Face model saved to S3")
+        raise SpecError(field, f"{uri!r} holds no config.json; point it at a Hugging Face model saved to S3")
     listing = sorted((f.path[len(src.path) + 1 :], f.size, f.mtime_ns) for f in files)
     key = hashlib.sha256(json.dumps([uri, listing]).encode()).hexdigest()[:24]
     entry = entries.entry(root, "models", key)
@@ -80,8 +82,8 @@ def _verify_sizes(directory: str, listing: list[tuple[str, int, int]]) -> None:
             raise OSError(f"downloaded {rel} has {got} bytes, expected {size}; the model changed during download?")
 
 
-def _from_hub(repo_id: str, revision: str | None, start: float) -> Fetched:
-    local, downloaded = hub_snapshot(repo_id, revision, "model", "model.path")
+def _from_hub(repo_id: str, revision: str | None, start: float, field: str) -> Fetched:
+    local, downloaded = hub_snapshot(repo_id, revision, "model", field)
     commit = f"hub commit {Path(local).name}"  # the hub cache keeps each snapshot under its commit hash
     if not downloaded:
         return Fetched(local, "hub-cache", 0, time.perf_counter() - start, commit)
@@ -103,13 +105,17 @@ def hub_snapshot(repo_id: str, revision: str | None, repo_type: str, field: str)
     """A hub repo's local snapshot from the hub cache, downloading it only if it is not there.
 
     Returns ``(directory, downloaded)``. With ``HF_HUB_OFFLINE=1`` a repo missing from the cache is an error
-    naming ``field``.
+    naming ``field``, and so is a name that is no hub id: most often a local directory that is not there.
     """
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     try:
         return snapshot_download(repo_id, repo_type=repo_type, revision=revision, local_files_only=True), False
+    except HFValidationError:  # "/models/llam" read as a hub id: say what it most likely is, a missing directory
+        raise SpecError(
+            field, f"{repo_id!r} is no directory here and no hub id (namespace/name); point it at a {repo_type} directory"
+        ) from None
     except LocalEntryNotFoundError:
         pass
     try:

@@ -44,13 +44,28 @@ def test_usage_and_spec_errors_exit_2(tmp_path, capsys):
 def test_a_failing_command_is_one_line_and_verbose_adds_the_traceback(tmp_path):
     adapter = tmp_path / "adapter"
     adapter.mkdir()
-    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "no-base")}))
+    (adapter / "adapter_config.json").write_text("{not json")  # damaged: nothing the CLI checks for by name
     quiet = rayft("merge", str(adapter), "--out", str(tmp_path / "out"))
     assert quiet.returncode == exits.JOB_FAILED == 1
-    assert "Traceback" not in quiet.stderr and quiet.stderr.strip().splitlines()[-1].startswith("error: failed: ")
+    assert "Traceback" not in quiet.stderr and quiet.stderr.strip().splitlines()[-1].startswith("error: failed: JSONDecodeError")
     assert "--verbose" in quiet.stderr
     loud = rayft("--verbose", "merge", str(adapter), "--out", str(tmp_path / "out"))
     assert loud.returncode == 1 and "Traceback" in loud.stderr
+
+
+def test_a_base_that_is_not_there_is_a_usage_error_that_names_where_it_came_from(tmp_path):
+    """A path read as a hub id once failed deep in huggingface_hub ("Repo id must be in the form ..."), after the
+    seconds of importing peft and transformers. Now it is exit 2 and one line naming where the base came from."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "no-base")}))
+    named = rayft("merge", str(adapter), "--out", str(tmp_path / "out"))
+    assert named.returncode == exits.USAGE and named.stderr.count("\n") == 1, named.stderr
+    assert named.stderr.startswith("error: the base its adapter_config.json names (--base to give another): ")
+    assert f"{str(tmp_path / 'no-base')!r} is no directory here and no hub id" in named.stderr
+    given = rayft("merge", str(adapter), "--out", str(tmp_path / "out"), "--base", "./typo")
+    assert given.returncode == exits.USAGE and given.stderr.startswith("error: --base: './typo' is no directory here")
+    assert not (tmp_path / "out").exists()
 
 
 def test_tokens_are_created_listed_and_revoked_and_a_bad_team_is_refused(tmp_path):

@@ -124,6 +124,15 @@ def test_hub_model_hits_the_hub_cache(hub_cache):
     assert fetched.identity == "hub commit " + "0" * 40, "the summary ties the adapter to the exact snapshot"
 
 
+def test_a_model_path_that_is_no_directory_and_no_hub_id_names_the_field(tmp_path):
+    from ray_jobs.cache.models import fetch_model
+
+    with pytest.raises(SpecError, match=r"^model.path: '/no/such/model' is no directory here and no hub id"):
+        fetch_model("/no/such/model")
+    with pytest.raises(SpecError, match=r"^--base: '\./typo' is no directory here and no hub id"):
+        fetch_model("./typo", field="--base")
+
+
 def test_a_local_base_is_identified_by_its_files_and_config(tmp_path):
     from ray_jobs.cache.models import fetch_model
 
