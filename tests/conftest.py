@@ -36,6 +36,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests skipped off a GPU; and a test that takes the session's Ray cluster must live in ``tests/integration``,
+    which ``make test`` runs in order on one worker (:func:`pytest_xdist_make_scheduler`)."""
     import importlib.util
 
     has_cuda = False
@@ -46,6 +48,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)"))
+        if "ray_cluster" in getattr(item, "fixturenames", ()) and not _on_ray(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} takes the session's Ray cluster: move it under tests/integration/, whose tests share one"
+            )
+
+
+def _on_ray(nodeid: str) -> bool:
+    return nodeid.startswith("tests/integration/")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``make test`` runs two pytest-xdist workers (``-n 2 --dist loadscope``): every test of ``tests/integration`` in
+    one scope, so in order on one worker and on the one Ray cluster it starts, as a plain ``pytest`` run does; the
+    other tests a scope per module, on the other worker meanwhile, in the CPU the integration tests leave idle (a third
+    of their time on 2 cores: Ray's processes starting, a driver waiting on its workers). Written here because
+    ``--dist loadgroup``, made for this, loses its groups under pytest 9.2 (xdist 3.8 renames ``item._nodeid``, which
+    pytest 9.2 no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RayTestsInOrder(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/integration" if _on_ray(nodeid) else nodeid.split("::", 1)[0]
+
+    return RayTestsInOrder(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -59,14 +85,12 @@ def release_what_a_test_left_in_reference_cycles(request: pytest.FixtureRequest)
     with Ray's state API: that actor was alive after the test, and gone after ``gc.collect()``.
 
     Only then: a full collection in this process (torch, transformers and Ray loaded) takes about 0.6 s, and after
-    every test it added about 7 minutes to ``make test``. The summary names the tests it collected after."""
+    every test it added about 7 minutes to ``make test``. The warnings summary names the tests it collected after
+    (a warning, not a line of this process's own summary: under pytest-xdist a worker's summary is never shown)."""
     yield
     if "ray_cluster" in request.fixturenames and _ray_data_actors_alive():
         gc.collect()
-        _collections.append(request.node.nodeid)
-
-
-_collections: list[str] = []
+        warnings.warn("this test left a Ray Data actor alive: reference cycles collected after it", stacklevel=1)
 
 
 def _ray_data_actors_alive() -> bool:
@@ -81,11 +105,6 @@ def _ray_data_actors_alive() -> bool:
         "MapWorker" in actor["ActorClassName"] and actor["State"] == "ALIVE" and actor["JobID"] == job
         for actor in state.actor_table(None).values()
     )
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _collections:  # each one a test that left a Ray Data actor alive (see the fixture above)
-        terminalreporter.write_line(f"reference cycles collected after: {', '.join(_collections)}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -44,8 +44,8 @@ def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_c
     store = tmp_path / "store"
 
     def on_node(node: str, code: str, store_uri: Path | None = store) -> str:
-        prelude = (
-            "import json, torch; from ray_jobs.train import compile_ahead; from rayft_contract.spec import FineTuneSpec; "
+        prelude = (  # no torch here: the probes' processes import what they use, as the probe's task does (0.3 s, not 4)
+            "import json; from ray_jobs.train import compile_ahead; from rayft_contract.spec import FineTuneSpec; "
             f"spec = FineTuneSpec.load({str(spec_file)!r}); "
         )
         done = python_on(tmp_path / node, ["-c", prelude + code], store_uri)
@@ -65,7 +65,8 @@ def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_c
 
     job = on_node(
         "node-b",
-        "r = compile_ahead.first_steps(spec, torch.device('cpu'), whole=True); print(json.dumps([r.cache_hits, r.cache_misses]))",
+        "import torch; r = compile_ahead.first_steps(spec, torch.device('cpu'), whole=True); "
+        "print(json.dumps([r.cache_hits, r.cache_misses]))",
     )
     hits, misses = json.loads(job)
     assert hits > 0 and misses == 0, f"the job's first step on node B: {hits} graphs from the store, {misses} compiled"
@@ -94,23 +95,6 @@ def test_an_operator_keeps_a_preset_s_kernels_before_any_job_whatever_the_node_s
     assert len(list((tmp_path / "store").glob("*/cpu.bin"))) == 1
     assert not (node / "cache" / "compile").exists(), "nothing compiled into the node's cache"
     assert "already keeps" in keep(tmp_path / "store")
-
-
-def test_keeping_kernels_on_a_cluster_without_a_gpu_node_says_so(ray_cluster, tiny_spec, tmp_path):
-    spec_file = compiled_spec(tiny_spec, tmp_path)
-    cli = [
-        "-m",
-        "ray_jobs.train.compile_ahead",
-        str(spec_file),
-        "--set",
-        "train.max_steps=2",
-        "--keep",
-        "--address",
-        ray_cluster.gcs,
-    ]
-    done = python_on(tmp_path / "operator", cli, tmp_path / "store")
-    assert done.returncode != 0 and f"no GPU node in the Ray cluster at {ray_cluster.gcs}" in done.stderr, done.stderr[-2000:]
-    assert not (tmp_path / "store").exists()
 
 
 def test_the_store_is_signed_as_the_node_and_never_with_the_job_s_team_s_keys(tmp_path, monkeypatch):
