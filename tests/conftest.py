@@ -54,8 +54,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
+RAY_TESTS = "tests/integration"
+"""Where the tests of the session's Ray cluster live: one scope under ``make test`` (:func:`pytest_xdist_make_scheduler`)."""
+
+
 def _on_ray(nodeid: str) -> bool:
-    return nodeid.startswith("tests/integration/")
+    return nodeid.startswith(RAY_TESTS + "/")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -69,7 +73,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class RayTestsInOrder(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "tests/integration" if _on_ray(nodeid) else nodeid.split("::", 1)[0]
+            return RAY_TESTS if _on_ray(nodeid) else nodeid.split("::", 1)[0]
 
     return RayTestsInOrder(config, log)
 
