@@ -33,6 +33,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     import shutil
 
     shutil.rmtree(getattr(config, "_rayft_moto_dir", ""), ignore_errors=True)
+    shutil.rmtree(getattr(config, "_rayft_scopes_dir", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -48,43 +49,77 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)"))
-        if "ray_cluster" in getattr(item, "fixturenames", ()) and not _on_ray(item.nodeid):
+        if _takes_ray(item) and not _on_ray(item.nodeid):
             raise pytest.UsageError(
                 f"{item.nodeid} takes the session's Ray cluster: move it under tests/integration/, whose tests share one"
             )
+    if hasattr(config, "workerinput"):  # an xdist worker: tell the scheduler which tests take the cluster
+        listed = Path(config.workerinput[_RAY_TESTS_LIST])
+        written = listed.with_suffix(f".{config.workerinput['workerid']}")
+        written.write_text(json.dumps([item.nodeid for item in items if _takes_ray(item)]))
+        written.replace(listed)  # whole, and before this worker reports its collection: the scheduler reads it then
 
 
 RAY_TESTS = "tests/integration"
 """Where the tests of the session's Ray cluster live: one scope under ``make test`` (:func:`pytest_xdist_make_scheduler`)."""
+
+_RAY_TESTS_LIST = "rayft_ray_tests_list"
+"""The ``workerinput`` key of the file where a worker lists the tests that take the session's Ray cluster."""
 
 
 def _on_ray(nodeid: str) -> bool:
     return nodeid.startswith(RAY_TESTS + "/")
 
 
+def _takes_ray(item: pytest.Item) -> bool:
+    return "ray_cluster" in getattr(item, "fixturenames", ())
+
+
+def pytest_configure_node(node) -> None:
+    """(pytest-xdist, on the controller) Where each worker lists the tests that take the session's Ray cluster: the
+    controller collects no tests, and a node id alone does not say which fixtures its test takes."""
+    import tempfile
+
+    config = node.config
+    if not hasattr(config, "_rayft_scopes_dir"):
+        config._rayft_scopes_dir = tempfile.mkdtemp(prefix="rayft-scopes-")  # type: ignore[attr-defined]
+    node.workerinput[_RAY_TESTS_LIST] = os.path.join(config._rayft_scopes_dir, "ray-tests.json")  # type: ignore[attr-defined]
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``make test`` runs two pytest-xdist workers (``-n 2 --dist loadscope``): every test of ``tests/integration`` in
-    one scope, so in order on one worker and on the one Ray cluster it starts, as a plain ``pytest`` run does; the
-    other tests a scope per module, on the other worker meanwhile, in the CPU the integration tests leave idle (a third
-    of their time on 2 cores: Ray's processes starting, a driver waiting on its workers). Written here because
-    ``--dist loadgroup``, made for this, loses its groups under pytest 9.2 (xdist 3.8 renames ``item._nodeid``, which
-    pytest 9.2 no longer reads)."""
+    """``make test`` runs two pytest-xdist workers (``-n 2 --dist loadscope``): every test that takes the session's Ray
+    cluster in one scope, so in order on one worker and on the one Ray cluster it starts, as a plain ``pytest`` run
+    does; every other test a scope per module, on the other worker meanwhile, in the CPU the Ray tests leave idle (a
+    third of their time on 2 cores: Ray's processes starting, a driver waiting on its workers). That includes the tests
+    of ``tests/integration`` that need no Ray cluster, or start one of their own: the service's API tests (a real
+    server that launches nothing), TLS refusals, a second cluster's logs (about 180 s in all in one process), which
+    kept the Ray tests' worker, the run's critical path, from them. Written here because ``--dist loadgroup``, made for
+    this, loses its groups under pytest 9.2 (xdist 3.8 renames ``item._nodeid``, which pytest 9.2 no longer reads)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class RayTestsInOrder(LoadScopeScheduling):
+        ray_tests: frozenset[str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
-            return RAY_TESTS if _on_ray(nodeid) else nodeid.split("::", 1)[0]
+            if self.ray_tests is None:  # called once every worker has collected, so each has written its list
+                self.ray_tests = frozenset(json.loads(Path(config._rayft_scopes_dir, "ray-tests.json").read_text()))  # type: ignore[attr-defined]
+            return RAY_TESTS if nodeid in self.ray_tests else nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node) -> None:
+            if RAY_TESTS in self.workqueue:  # the critical path goes first, whatever the other scopes' sizes
+                self.workqueue.move_to_end(RAY_TESTS, last=False)
+            super()._assign_work_unit(node)
 
     return RayTestsInOrder(config, log)
 
 
 @pytest.fixture(autouse=True)
 def tests_beside_the_ray_tests_take_only_the_cpu_they_leave(request: pytest.FixtureRequest):
-    """Under ``make test``'s two workers, a test outside ``tests/integration`` runs at niceness 10, it and the processes
-    and threads it starts: the integration tests are the run's critical path, and the others are to fill the CPU they
-    leave idle, not to slow them. At the same niceness the two workers ran ``make test`` in 1,850 s against 1,936 s in
+    """Under ``make test``'s two workers, a test that does not take the session's Ray cluster runs at niceness 10, it
+    and the processes and threads it starts: the Ray tests are the run's critical path, and the others are to fill the
+    CPU they leave idle, not to slow them. At the same niceness the two workers ran ``make test`` in 1,850 s against 1,936 s in
     one process: the integration tests lost to the unit tests most of what running those beside them won."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None or _on_ray(request.node.nodeid):
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or _takes_ray(request.node):
         yield
         return
     before = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's (Linux): what the test's threads and processes inherit
