@@ -25,7 +25,7 @@ demo: install             ## train the tiny model on 2 CPU workers (local Ray), 
 	$(VENV)/bin/rayft demo
 
 test: install             ## unit + integration tests (local Ray, real parts); GPU tests are skipped off-GPU
-	$(PY) -m pytest tests -m "not gpu" -n 2 --dist loadscope  # the Ray cluster's tests in order on one worker, the rest beside it (tests/conftest.py)
+	$(PY) -m pytest tests -m "not gpu" -n 2 --dist loadscope  # the Ray tests in order on one worker, the rest beside it (tests/conftest.py)
 
 test-unit: install
 	$(PY) -m pytest tests -m "not integration and not gpu"

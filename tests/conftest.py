@@ -49,14 +49,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)"))
-        if _takes_ray(item) and not _on_ray(item.nodeid):
+        if "ray_cluster" in getattr(item, "fixturenames", ()) and not _in_ray_stream(item):
             raise pytest.UsageError(
-                f"{item.nodeid} takes the session's Ray cluster: move it under tests/integration/, whose tests share one"
+                f"{item.nodeid} takes the session's Ray cluster: move it under tests/integration/, whose tests share one,"
+                " and mark it no_ray only if it takes none"
             )
-    if hasattr(config, "workerinput"):  # an xdist worker: tell the scheduler which tests take the cluster
+    if hasattr(config, "workerinput"):  # an xdist worker: tell the scheduler which tests are the Ray tests
         listed = Path(config.workerinput[_RAY_TESTS_LIST])
         written = listed.with_suffix(f".{config.workerinput['workerid']}")
-        written.write_text(json.dumps([item.nodeid for item in items if _takes_ray(item)]))
+        written.write_text(json.dumps([item.nodeid for item in items if _in_ray_stream(item)]))
         written.replace(listed)  # whole, and before this worker reports its collection: the scheduler reads it then
 
 
@@ -67,17 +68,16 @@ _RAY_TESTS_LIST = "rayft_ray_tests_list"
 """The ``workerinput`` key of the file where a worker lists the tests that take the session's Ray cluster."""
 
 
-def _on_ray(nodeid: str) -> bool:
-    return nodeid.startswith(RAY_TESTS + "/")
-
-
-def _takes_ray(item: pytest.Item) -> bool:
-    return "ray_cluster" in getattr(item, "fixturenames", ())
+def _in_ray_stream(item: pytest.Item) -> bool:
+    """A test of ``tests/integration`` not marked ``no_ray``: it takes the session's Ray cluster, or starts one of its
+    own (a second cluster beside the session's, ``rayft serve``'s embedded one), which must not run beside the Ray
+    tests either: run so, the embedded cluster's test took 161 s instead of 43, and a Ray test lost its metrics."""
+    return item.nodeid.startswith(RAY_TESTS + "/") and item.get_closest_marker("no_ray") is None
 
 
 def pytest_configure_node(node) -> None:
-    """(pytest-xdist, on the controller) Where each worker lists the tests that take the session's Ray cluster: the
-    controller collects no tests, and a node id alone does not say which fixtures its test takes."""
+    """(pytest-xdist, on the controller) Where each worker lists the Ray tests (:func:`_in_ray_stream`): the controller
+    collects no tests, and a node id alone does not say how its test is marked."""
     import tempfile
 
     config = node.config
@@ -87,14 +87,14 @@ def pytest_configure_node(node) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``make test`` runs two pytest-xdist workers (``-n 2 --dist loadscope``): every test that takes the session's Ray
-    cluster in one scope, so in order on one worker and on the one Ray cluster it starts, as a plain ``pytest`` run
-    does; every other test a scope per module, on the other worker meanwhile, in the CPU the Ray tests leave idle (a
-    third of their time on 2 cores: Ray's processes starting, a driver waiting on its workers). That includes the tests
-    of ``tests/integration`` that need no Ray cluster, or start one of their own: the service's API tests (a real
-    server that launches nothing), TLS refusals, a second cluster's logs (about 180 s in all in one process), which
-    kept the Ray tests' worker, the run's critical path, from them. Written here because ``--dist loadgroup``, made for
-    this, loses its groups under pytest 9.2 (xdist 3.8 renames ``item._nodeid``, which pytest 9.2 no longer reads)."""
+    """``make test`` runs two pytest-xdist workers (``-n 2 --dist loadscope``): the Ray tests (every test of
+    ``tests/integration`` not marked ``no_ray``) in one scope, so first and in order on one worker and on the one Ray
+    cluster it starts, as a plain ``pytest`` run does; every other test a scope per module, on the other worker
+    meanwhile, in the CPU the Ray tests leave idle (a third of their time on 2 cores: Ray's processes starting, a
+    driver waiting on its workers). The ``no_ray`` tests (the service's API on a server that launches nothing, TLS
+    refusals, a light client's install: about 150 s in one process) ran on the Ray tests' worker, the run's critical
+    path, before. Written here because ``--dist loadgroup``, made for this, loses its groups under pytest 9.2 (xdist
+    3.8 renames ``item._nodeid``, which pytest 9.2 no longer reads)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class RayTestsInOrder(LoadScopeScheduling):
@@ -115,11 +115,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 @pytest.fixture(autouse=True)
 def tests_beside_the_ray_tests_take_only_the_cpu_they_leave(request: pytest.FixtureRequest):
-    """Under ``make test``'s two workers, a test that does not take the session's Ray cluster runs at niceness 10, it
+    """Under ``make test``'s two workers, a test that is not a Ray test (:func:`_in_ray_stream`) runs at niceness 10, it
     and the processes and threads it starts: the Ray tests are the run's critical path, and the others are to fill the
     CPU they leave idle, not to slow them. At the same niceness the two workers ran ``make test`` in 1,850 s against 1,936 s in
     one process: the integration tests lost to the unit tests most of what running those beside them won."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None or _takes_ray(request.node):
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or _in_ray_stream(request.node):
         yield
         return
     before = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's (Linux): what the test's threads and processes inherit

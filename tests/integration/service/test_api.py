@@ -17,7 +17,7 @@ from service.store import JobRecord
 from service.store_sqlite import SqliteJobStore
 from tests.integration.service.harness import tiny_job
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_ray]  # a server that launches nothing
 
 
 def test_a_megabyte_spec_is_refused_at_the_api_and_nothing_is_stored(paused_server, tokens, tiny_spec):

@@ -103,6 +103,7 @@ def test_a_service_down_while_the_job_ends_loses_no_event(ray_cluster, tmp_path,
         srv.stop()
 
 
+@pytest.mark.no_ray
 def test_ray_unreachable_still_accepts_the_job_queued_and_keeps_it(tmp_path, tokens, tiny_spec, policy):
     """Issue 10: answering UNAVAILABLE for a job already stored made every client retry create another.
     The job is accepted (OK, QUEUED) and launches when Ray is back."""
@@ -122,6 +123,7 @@ def test_ray_unreachable_still_accepts_the_job_queued_and_keeps_it(tmp_path, tok
         srv.stop()
 
 
+@pytest.mark.no_ray
 def test_a_lock_held_by_another_process_leaves_health_answering_and_loses_nothing(tokens, tiny_spec, tmp_path, policy):
     """Issue 10: with SQLite on the event loop, one outside writer froze health checks for 29 s. Now the
     store's calls run in threads: health answers while a CreateJob waits on the lock, the create ends in
@@ -180,6 +182,7 @@ def lock_held_by_another_process(paused_server, tokens, tiny_spec, tmp_path):
         a.cancel(job.id)
 
 
+@pytest.mark.no_ray
 def test_a_damaged_store_stops_the_service_at_start_with_one_line(tmp_path, policy):
     data_dir = tmp_path / "service"
     data_dir.mkdir()

@@ -115,11 +115,15 @@ def test_cancel_a_running_job_stops_it_in_ray(server, tokens, tiny_spec, ray_clu
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_a_light_client_install_submits_and_watches_without_torch_or_ray(server, tokens, tiny_spec, tmp_path):
-    """`pip install rayft` (no extras) into a fresh virtualenv: no torch, no Ray, and `rayft submit --watch`
-    drives a job on the service to SUCCEEDED."""
-    import yaml
+HEAVY = ("torch", "ray", "transformers")
+"""What a team's client install must do without: the job's and the cluster's packages."""
 
+
+@pytest.mark.no_ray
+def test_a_light_client_install_has_no_torch_or_ray_and_submits_watches_and_cancels(paused_server, tokens, tiny_spec, tmp_path):
+    """`pip install rayft` (no extras) into a fresh virtualenv: no torch, no Ray, and its `rayft` submits a job (a dry
+    run first), watches it and cancels it, the watch ending with the job. The service launches nothing here: that the
+    client drives a job that trains to SUCCEEDED is the next test's (the install took 40 s of the Ray tests' time)."""
     root = Path(__file__).resolve().parents[3]
     venv = tmp_path / "light"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -133,20 +137,55 @@ def test_a_light_client_install_submits_and_watches_without_torch_or_ray(server,
         shutil.copytree(root / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([*pip, str(source)], check=True, capture_output=True, text=True, timeout=900)
     absent = subprocess.run(
-        [str(py), "-c", "import importlib.util as u; print([m for m in ('torch', 'ray', 'transformers') if u.find_spec(m)])"],
+        [str(py), "-c", f"import importlib.util as u; print([m for m in {HEAVY!r} if u.find_spec(m)])"],
         check=True,
         capture_output=True,
         text=True,
     )
     assert absent.stdout.strip() == "[]"
 
-    spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(yaml.safe_dump(tiny_job(tiny_spec, "svc-light", steps=4).to_dict()))
+    rayft = str(venv / "bin" / "rayft")
+    spec_file = _job_file(tiny_spec, "svc-light", tmp_path)
+    env = {**os.environ, "RAYFT_ADDRESS": paused_server.address, "RAYFT_TOKEN": tokens["team-a"]}
+    checked = subprocess.run([rayft, "submit", spec_file, "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0 and "the service would take it: team team-a" in checked.stdout, checked.stderr
+    watching = subprocess.Popen(
+        [rayft, "submit", spec_file, "--watch"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        client = Client(paused_server.address, tokens["team-a"])
+        wait_for(lambda: len(list(client.list())) == 1)
+        (job,) = client.list()
+        cancelled = subprocess.run([rayft, "cancel", job.id], env=env, capture_output=True, text=True, timeout=120)
+        assert cancelled.returncode == 0 and job.id in cancelled.stdout, cancelled.stderr
+        out, err = watching.communicate(timeout=120)
+    finally:
+        watching.kill()
+    assert watching.returncode == 1 and "CANCELLED" in out, out[-2000:] + err[-2000:]  # 1: the job did not succeed
+    assert client.get(job.id).state == pb.CANCELLED and job.spec.name == "svc-light"
+
+
+def test_the_client_drives_a_job_to_success_without_importing_torch_or_ray(server, tokens, tiny_spec, tmp_path):
+    """`rayft submit --watch` with torch, Ray and transformers made unimportable in its process (the light install's
+    case, the test above): the job trains to SUCCEEDED, and every event on the way renders without them."""
+    blocked = f"import sys; sys.modules.update(dict.fromkeys({HEAVY!r})); from rayft.cli import main; sys.exit(main())"
     env = {**os.environ, "RAYFT_ADDRESS": server.address, "RAYFT_TOKEN": tokens["team-a"]}
     done = subprocess.run(
-        [str(venv / "bin" / "rayft"), "submit", str(spec_file), "--watch"], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", blocked, "submit", _job_file(tiny_spec, "svc-light", tmp_path), "--watch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "SUCCEEDED" in done.stdout
     (job,) = Client(server.address, tokens["team-a"]).list()
     assert job.state == pb.SUCCEEDED and job.spec.name == "svc-light"
+
+
+def _job_file(tiny_spec, name: str, tmp_path: Path) -> str:
+    import yaml
+
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(tiny_job(tiny_spec, name, steps=4).to_dict()))
+    return str(spec_file)

@@ -94,6 +94,7 @@ def test_a_failed_jobs_log_shows_its_traceback_to_its_team_alone_and_a_follower_
     assert (cli.returncode, cli.stdout.splitlines()) == (0, list(logs.lines)), cli.stderr  # the job has ended: all, then done
 
 
+@pytest.mark.no_ray
 def test_a_job_not_yet_on_ray_has_no_log_and_says_so(paused_server, tokens, tiny_spec):
     client = Client(paused_server.address, tokens["team-a"])
     job = client.submit(tiny_job(tiny_spec, "svc-queued"))
@@ -102,6 +103,7 @@ def test_a_job_not_yet_on_ray_has_no_log_and_says_so(paused_server, tokens, tiny
     assert f"job {job.id} is QUEUED and has not started on Ray" in error.details()
 
 
+@pytest.mark.no_ray
 def test_a_follower_waits_for_a_queued_job_saying_why_and_ends_when_it_is_cancelled(paused_server, tokens, tiny_spec, tmp_path):
     client = Client(paused_server.address, tokens["team-a"])
     job = client.submit(tiny_job(tiny_spec, "svc-followed"))

@@ -11,7 +11,7 @@ import pytest
 from rayft.client import Client
 from tests.integration.service.harness import rayft_cli, states, tiny_job
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_ray]  # a server that launches nothing
 
 
 def token_command(data_dir, *argv: str) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
 from tests.integration.service.harness import Server, states, tiny_job, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_ray]  # a server that launches nothing
 
 
 def test_watch_streams_are_capped_per_team_and_in_all(tmp_path, tokens, tiny_spec, policy):

@@ -23,6 +23,7 @@ from tests.integration.service.harness import NO_RAY, Server, queued_reasons, ru
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.no_ray
 def test_teams_are_isolated_and_tokens_required(paused_server, tokens, tiny_spec):
     server = paused_server
     a, b = Client(server.address, tokens["team-a"]), Client(server.address, tokens["team-b"])
@@ -39,6 +40,7 @@ def test_teams_are_isolated_and_tokens_required(paused_server, tokens, tiny_spec
     a.cancel(job.id)
 
 
+@pytest.mark.no_ray
 def test_a_team_reaches_only_the_locations_its_policy_allows(paused_server, tokens, tiny_spec, tiny, tmp_path):
     """The attacks of issue 10, each refused with PERMISSION_DENIED naming the field, and nothing stored."""
     a = Client(paused_server.address, tokens["team-a"])
@@ -79,6 +81,7 @@ def test_a_team_reaches_only_the_locations_its_policy_allows(paused_server, toke
     a.cancel(inside.id)
 
 
+@pytest.mark.no_ray
 def test_a_shared_service_will_not_start_without_a_path_policy(tmp_path):
     env = {**os.environ, "RAYFT_DATA_DIR": str(tmp_path), "RAYFT_RAY_ADDRESS": NO_RAY, "RAYFT_PORT": "0"}
     env.pop("RAYFT_POLICY", None)
@@ -87,6 +90,7 @@ def test_a_shared_service_will_not_start_without_a_path_policy(tmp_path):
     assert "policy" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.no_ray
 def test_a_forged_report_far_ahead_is_refused_and_the_jobs_reports_still_land(paused_server, tokens, tiny_spec, tmp_path):
 
     a = Client(paused_server.address, tokens["team-a"])
@@ -252,6 +256,7 @@ def test_jobs_that_cannot_read_their_data_or_name_no_module_fail_in_the_drivers_
     assert not phases & {"connect", "data", "training"}, f"both failed before reaching Ray: {phases}"
 
 
+@pytest.mark.no_ray
 def test_per_team_limit_on_active_jobs(tmp_path, tokens, tiny_spec, policy):
     srv = Server.paused(tmp_path / "service", policy, RAYFT_MAX_ACTIVE_JOBS="2").start()
     try:

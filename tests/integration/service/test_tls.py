@@ -65,6 +65,7 @@ def client_tls(certs, who: str | None = "client"):
     return TlsConfig(enabled=True, ca=certs.ca.read_bytes(), cert=cert.read_bytes(), key=key.read_bytes())
 
 
+@pytest.mark.no_ray
 def test_tls_with_and_without_client_certificates_and_no_plaintext_off_loopback(tmp_path, tokens, tiny_spec, policy, certs):
     from rayft_contract.channel import PlaintextRefused, TlsConfig, channel
 
