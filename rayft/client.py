@@ -118,6 +118,8 @@ class Client:
                 not_on_ray = exc.code() == grpc.StatusCode.FAILED_PRECONDITION and not ended
                 if not (not_on_ray or exc.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)):
                     raise
+                if not_on_ray and state_from_proto(self.get(job_id).state) in TERMINAL:
+                    continue  # it ended (cancelled) since its state was read: the next read is the last, and says so
                 if on_wait is not None:
                     on_wait(exc.details() or exc.code().name)
                 time.sleep(poll_s)
