@@ -120,7 +120,8 @@ def tests_beside_the_ray_tests_take_only_the_cpu_they_leave(request: pytest.Fixt
     CPU they leave idle, not to slow them. At the same niceness the two workers ran ``make test`` in 1,850 s against 1,936 s in
     one process: the integration tests lost to the unit tests most of what running those beside them won. At niceness 10
     it took 1,704-1,709 s; with the ``no_ray`` tests beside the Ray tests too, 1,780 s, the Ray tests slower by 5-30 s
-    each."""
+    each; at 19, 1,659 s. In the Ray tests' busiest seconds a test here gets about 1.5% of a core (a nice-19 thread's
+    weight against a nice-0 one's), so its waits are bounds on a hang, a minute or more, never a measure of speed."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None or _in_ray_stream(request.node):
         yield
         return

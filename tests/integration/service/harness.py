@@ -44,7 +44,7 @@ class Server:
         start = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("a") as out:  # a file, not a pipe: an unread pipe would block the server
             self.proc = subprocess.Popen([sys.executable, "-m", "rayft", "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
-        self.port = int(wait_ready(self.proc, self.log, start, 60).rsplit(":", 1)[1])
+        self.port = int(wait_ready(self.proc, self.log, start, 180).rsplit(":", 1)[1])
         return self
 
     def kill(self) -> None:
@@ -54,7 +54,7 @@ class Server:
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=120)
 
     @property
     def address(self) -> str:
@@ -123,7 +123,7 @@ def scrape(port: int) -> dict[tuple[str, frozenset], float]:
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read().decode()
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
         for family in text_string_to_metric_families(text)

@@ -155,7 +155,7 @@ def test_generated_invalid_specs_get_invalid_argument_never_internal(paused_serv
         except SpecError as exc:
             expected = exc.field
         with pytest.raises(grpc.RpcError) as info:
-            client._stub.CreateJob(pb.CreateJobRequest(spec=message), metadata=client._metadata, timeout=10)
+            client._stub.CreateJob(pb.CreateJobRequest(spec=message), metadata=client._metadata, timeout=60)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
         assert info.value.details().startswith(f"spec.{expected}: ")
 

@@ -43,7 +43,7 @@ def test_watch_streams_are_capped_per_team_and_in_all(tmp_path, tokens, tiny_spe
             open_stream(b, job_b)
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "5 open watch streams" in info.value.details()
         streams_a.pop().cancel()  # a closed stream frees its place
-        wait_for(lambda: _opens(a, job_a), timeout=30)
+        wait_for(lambda: _opens(a, job_a))
         for stream in streams_a + streams_b:
             stream.cancel()
     finally:
@@ -105,7 +105,7 @@ def test_streams_run_in_a_process_of_their_own_that_the_api_port_sends_watchers_
         second = client.submit(tiny_job(tiny_spec, "svc-watch-process-2"))
         seen = [next(client.open_watch(second.id))]
         os.kill(pid, signal.SIGKILL)  # the watch process dies: the API process starts another, on its port
-        wait_for(lambda: watch_process(srv)[0] != pid, timeout=60)
+        wait_for(lambda: watch_process(srv)[0] != pid)
         assert watch_process(srv)[1] == port
         client.cancel(second.id)
         rest = list(client.watch(second.id, after_seq=seen[-1].seq))  # the client's channel reconnects
@@ -113,7 +113,7 @@ def test_streams_run_in_a_process_of_their_own_that_the_api_port_sends_watchers_
 
         pid, _ = watch_process(srv)
         srv.kill()  # the API process dies without a word: its watch process sees its pipe close and exits
-        wait_for(lambda: not alive(pid), timeout=30)
+        wait_for(lambda: not alive(pid))
     finally:
         srv.stop()
     one = Server.paused(tmp_path / "service", policy, RAYFT_WATCH_PROCESS="0")

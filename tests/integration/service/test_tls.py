@@ -77,13 +77,13 @@ def test_tls_with_and_without_client_certificates_and_no_plaintext_off_loopback(
         UNAVAILABLE: five attempts over about 7 s, three times here, to learn what the first attempt said."""
         stub = pb_grpc.FineTuningStub(channel(srv.address, tls))
         with pytest.raises(grpc.RpcError) as info:
-            stub.ListJobs(pb.ListJobsRequest(), metadata=[("authorization", f"Bearer {token}")], timeout=20)
+            stub.ListJobs(pb.ListJobsRequest(), metadata=[("authorization", f"Bearer {token}")], timeout=60)
         return info.value.code()
 
     def claim(address: str) -> grpc.StatusCode:
         reporting = pb_grpc.JobReportingStub(grpc.secure_channel(address, client_tls(certs, None).credentials()))
         with pytest.raises(grpc.RpcError) as info:  # through TLS without a client certificate, to the ticket check
-            reporting.ClaimJob(pb.ClaimJobRequest(job_id=created.id), metadata=[("authorization", "Bearer rftl_x")], timeout=20)
+            reporting.ClaimJob(pb.ClaimJobRequest(job_id=created.id), metadata=[("authorization", "Bearer rftl_x")], timeout=60)
         return info.value.code()
 
     # TLS: a client that trusts the CA works; a plaintext one does not get through. Jobs report on a port
@@ -120,7 +120,7 @@ def test_tls_with_and_without_client_certificates_and_no_plaintext_off_loopback(
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         probe = grpc.insecure_channel(f"127.0.0.1:{probe_port}")
-        answer = health_pb2_grpc.HealthStub(probe).Check(health_pb2.HealthCheckRequest(service="rayft.v1.FineTuning"), timeout=20)
+        answer = health_pb2_grpc.HealthStub(probe).Check(health_pb2.HealthCheckRequest(service="rayft.v1.FineTuning"), timeout=60)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.FineTuningStub(probe).ListJobs(pb.ListJobsRequest(), metadata=[("authorization", f"Bearer {token}")])
