@@ -65,7 +65,7 @@ RAY_TESTS = "tests/integration"
 """Where the tests of the session's Ray cluster live: one scope under ``make test`` (:func:`pytest_xdist_make_scheduler`)."""
 
 _RAY_TESTS_LIST = "rayft_ray_tests_list"
-"""The ``workerinput`` key of the file where a worker lists the tests that take the session's Ray cluster."""
+"""The ``workerinput`` key of the file where a worker lists the Ray tests (:func:`_ray_tests_file`)."""
 
 
 def _in_ray_stream(item: pytest.Item) -> bool:
@@ -83,7 +83,12 @@ def pytest_configure_node(node) -> None:
     config = node.config
     if not hasattr(config, "_rayft_scopes_dir"):
         config._rayft_scopes_dir = tempfile.mkdtemp(prefix="rayft-scopes-")  # type: ignore[attr-defined]
-    node.workerinput[_RAY_TESTS_LIST] = os.path.join(config._rayft_scopes_dir, "ray-tests.json")  # type: ignore[attr-defined]
+    node.workerinput[_RAY_TESTS_LIST] = str(_ray_tests_file(config))
+
+
+def _ray_tests_file(config: pytest.Config) -> Path:
+    """The controller's file of the Ray tests' node ids, in its temp dir (removed in :func:`pytest_unconfigure`)."""
+    return Path(config._rayft_scopes_dir, "ray-tests.json")  # type: ignore[attr-defined]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -102,7 +107,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
         def _split_scope(self, nodeid: str) -> str:
             if self.ray_tests is None:  # called once every worker has collected, so each has written its list
-                self.ray_tests = frozenset(json.loads(Path(config._rayft_scopes_dir, "ray-tests.json").read_text()))  # type: ignore[attr-defined]
+                self.ray_tests = frozenset(json.loads(_ray_tests_file(config).read_text()))
             return RAY_TESTS if nodeid in self.ray_tests else nodeid.split("::", 1)[0]
 
         def _assign_work_unit(self, node) -> None:
