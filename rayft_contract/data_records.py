@@ -13,6 +13,10 @@ from rayft_contract._record import Record
 from rayft_contract.phases import Phase
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclasses.dataclass(frozen=True)
 class FillTimes(Record):
     """Where a dataset cache fill's time went (``ray_jobs.data.cache``).
@@ -70,8 +74,9 @@ class FillTimes(Record):
         return (
             f"start {self.start_s:.1f} s (actors ready at {self.actors_ready_s:.1f} s, constructor {self.actor_init_s:.1f} s; "
             f"first read at {self.first_read_s:.1f} s, its first rows at {self.first_block_s:.1f} s; "
-            f"{self.readers_at_once} reading tasks at most at once), "
-            f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; busy over {self.workers} tokenizer actors: {busy}"
+            f"{_count(self.readers_at_once, 'reading task')} at most at once), "
+            f"stream {self.stream_s:.1f} s (first batch done at {self.first_batch_s:.1f} s), write {self.write_s:.1f} s; "
+            f"busy over {_count(self.workers, 'tokenizer actor')}: {busy}"
         )
 
 

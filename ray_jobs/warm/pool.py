@@ -346,6 +346,7 @@ def fit(
     """Train on the lent worker; without one, or after it failed (reported as a ``failure`` event), on Ray Train
     (``on_ray_train(loop, max_failures)`` fits and returns ``ray_jobs.events``' result)."""
     import ray
+    from ray.train import WorkerGroupError
 
     from ray_jobs.background import in_background
     from ray_jobs.events import Fitted, failure_event
@@ -371,8 +372,8 @@ def fit(
             cause = getattr(exc, "cause", None) or exc
             train_view.end_run(view.result(), cause)
             queue.put(failure_event({0: cause}))
-            if failures == 0:
-                return Fitted(cause)
+            if failures == 0:  # the job's error as Ray Train's would be, whichever worker ran it: "rank 0: ..."
+                return Fitted(WorkerGroupError(str(exc), {0: cause}))
             failures -= 1
             loop = dataclasses.replace(loop, resume_from=latest_in(checkpoints) or loop.resume_from)
         finally:

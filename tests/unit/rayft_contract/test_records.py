@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rayft_contract.data_records import Caches, DatasetCacheInfo, Fetched
+from rayft_contract.data_records import Caches, DatasetCacheInfo, Fetched, FillTimes
 from rayft_contract.records import (
     Efficiency,
     Finding,
@@ -88,3 +88,10 @@ def test_a_failures_reason_is_the_first_line_of_what_caused_it_not_ray_trains_wr
     assert Failure.reason_of(ValueError("x" * 2000), limit=20) == "ValueError: " + "x" * 8
     assert Failure.reason_of(MemoryError()) == "MemoryError", "an error without words still says its kind"
     assert Failure.reason_of(OSError("\n  \n")) == "OSError"
+
+
+def test_a_fills_description_counts_its_tasks_and_actors_in_words_that_agree():
+    one = FillTimes(start_s=1.0, stream_s=2.0, write_s=0.5, workers=1, readers_at_once=1).describe()
+    many = FillTimes(start_s=1.0, stream_s=2.0, write_s=0.5, workers=14, readers_at_once=2).describe()
+    assert "1 reading task at most at once" in one and "busy over 1 tokenizer actor:" in one
+    assert "2 reading tasks at most at once" in many and "busy over 14 tokenizer actors:" in many
