@@ -204,13 +204,52 @@ def _options(**kwargs: Any) -> Any:
 def _full_state_dict(model: torch.nn.Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    return get_state_dict(model, optimizer, options=_options(cpu_offload=True))
+    with _frozen_leaves_say_nothing_more(model):
+        return get_state_dict(model, optimizer, options=_options(cpu_offload=True))
 
 
 def _full_weights(model: torch.nn.Module) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    return get_model_state_dict(model, options=_options(cpu_offload=True))
+    with _frozen_leaves_say_nothing_more(model):
+        return get_model_state_dict(model, options=_options(cpu_offload=True))
+
+
+@contextlib.contextmanager
+def _frozen_leaves_say_nothing_more(model: torch.nn.Module) -> Iterator[None]:
+    """While inside, a leaf module whose parameters are all frozen puts only its parameters in a state dict, for
+    ``ignore_frozen_params`` to drop.
+
+    Why: that option drops frozen parameters, not what a module adds beside them. Each NF4 ``Linear4bit`` adds five
+    entries of its weight's quantization state (absmax, quant_map, their nested pair, the packed state), so a
+    checkpoint and a best-adapter snapshot carried the whole base's: 560 entries beside 224 trainable ones for a
+    16-layer model here, and 1,120 for the 7B preset, each a copy to the CPU of its own. ``get_state_dict`` took
+    0.30 s for that 16-layer NF4 model on this 2-core CPU, and the trainable tensors alone 0.01 s. A resume reads the
+    base's quantization state from the base, as it always did (``strict=False``)."""
+    handles = []
+    for module in model.modules():
+        own = dict(module.named_parameters(recurse=False))
+        if own and next(module.children(), None) is None and not any(p.requires_grad for p in own.values()):
+            handles.append(module.register_state_dict_post_hook(_only(set(own))))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _only(names: set[str]) -> Any:
+    def hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
+        extra = []
+        for key in reversed(state_dict):  # a leaf's entries are the last ones in: no child came after them
+            if not key.startswith(prefix):
+                break
+            if key[len(prefix) :] not in names:
+                extra.append(key)
+        for key in extra:
+            del state_dict[key]
+
+    return hook
 
 
 def _set_full_state_dict(model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:

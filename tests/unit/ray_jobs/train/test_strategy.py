@@ -62,3 +62,36 @@ def test_the_best_snapshot_is_the_trainable_weights_alone_and_a_copy():
         model[1].weight.add_(1.0)  # training goes on after the snapshot
     assert not torch.equal(snapshot["1.weight"], model[1].weight), "a copy, not the live parameter"
     assert snapshot_of(strategy, model, rank=1)() is None, "only rank 0 keeps one"
+
+
+def test_an_nf4_bases_quantization_state_stays_out_of_the_state_dict_and_a_resume_still_loads(tiny, tmp_path):
+    """ignore_frozen_params drops frozen parameters, not the five entries each Linear4bit adds beside its weight
+    (absmax, quant_map, ...): checkpoints and best-adapter snapshots carried the whole base's quantization state."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    quantized = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)
+    base = AutoModelForCausalLM.from_pretrained(tiny / "model", quantization_config=quantized, dtype=torch.bfloat16)
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"]))
+    trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    optimizer = torch.optim.AdamW(trainable.values(), lr=0.1)
+    ids = torch.randint(0, base.config.vocab_size, (2, 16))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    strategy = Single()
+    weights, optim = strategy.state_dict(model, optimizer)
+    assert set(weights) == set(strategy.weights(model)) == set(trainable)
+    assert len(optim["state"]) == len(trainable)
+    assert any(key.endswith(".absmax") for key in model.state_dict()), "outside the call, the model's own state dict is whole"
+
+    identity = checkpoint.RunIdentity("team", "hash")
+    checkpoint.write(tmp_path, {"model": weights, "optimizer": optim}, checkpoint.TrainState(), identity)
+    trained = {k: v.clone() for k, v in weights.items()}
+    with torch.no_grad():
+        for p in trainable.values():
+            p.zero_()
+    saved, _ = checkpoint.read(tmp_path, identity)
+    strategy.load_state_dict(model, optimizer, saved["model"], saved["optimizer"])
+    assert all(torch.equal(trainable[k].detach().cpu(), v) for k, v in trained.items())
+    again = model(input_ids=ids, labels=ids).loss
+    assert torch.isfinite(again), "the base's quantization state is as it was"
