@@ -230,7 +230,7 @@ def _frozen_leaves_say_nothing_more(model: torch.nn.Module) -> Iterator[None]:
     for module in model.modules():
         own = dict(module.named_parameters(recurse=False))
         if own and next(module.children(), None) is None and not any(p.requires_grad for p in own.values()):
-            handles.append(module.register_state_dict_post_hook(_only(set(own))))
+            handles.append(module.register_state_dict_post_hook(_parameters_alone))
     try:
         yield
     finally:
@@ -238,18 +238,17 @@ def _frozen_leaves_say_nothing_more(model: torch.nn.Module) -> Iterator[None]:
             handle.remove()
 
 
-def _only(names: set[str]) -> Any:
-    def hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
-        extra = []
-        for key in reversed(state_dict):  # a leaf's entries are the last ones in: no child came after them
-            if not key.startswith(prefix):
-                break
-            if key[len(prefix) :] not in names:
-                extra.append(key)
-        for key in extra:
-            del state_dict[key]
-
-    return hook
+def _parameters_alone(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
+    """A leaf's state-dict post-hook: its entries other than its parameters leave ``state_dict``."""
+    names = dict(module.named_parameters(recurse=False))
+    extra = []
+    for key in reversed(state_dict):  # a leaf's entries are the last ones in: no child came after them
+        if not key.startswith(prefix):
+            break
+        if key[len(prefix) :] not in names:
+            extra.append(key)
+    for key in extra:
+        del state_dict[key]
 
 
 def _set_full_state_dict(model: torch.nn.Module, optimizer: Any, weights: dict[str, Any], optim: dict[str, Any]) -> None:
