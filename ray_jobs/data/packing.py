@@ -105,14 +105,17 @@ def trim_padding(batch: dict[str, np.ndarray], multiple: int = SHAPE_MULTIPLE) -
     return {k: (v[:, :keep] if getattr(v, "ndim", 1) == 2 else v) for k, v in batch.items()}
 
 
-def rows_of_job_shape(spec: FineTuneSpec, vocab: int, attention: str, device: torch.device) -> dict[str, torch.Tensor]:
+def rows_of_job_shape(
+    spec: FineTuneSpec, vocab: int, attention: str, device: torch.device, rows: int | None = None
+) -> dict[str, torch.Tensor]:
     """One placeholder micro-batch of the job's shape, for compiling its kernels before its data comes (a warm worker,
-    ``ray_jobs.train.compile_ahead``): ``micro_batch_size`` rows as wide as :func:`trim_padding` cuts the job's batches
-    under ``attention``, two examples packed in each (positions restart mid-row), random ids below ``vocab``, every
-    token a label. Kernels are keyed by these shapes, not by the values."""
+    ``ray_jobs.train.compile_ahead``): ``rows`` (``micro_batch_size`` unless given: the memory plan's pieces) rows as
+    wide as :func:`trim_padding` cuts the job's batches under ``attention``, two examples packed in each (positions
+    restart mid-row), random ids below ``vocab``, every token a label. Kernels are keyed by these shapes, not by the
+    values."""
     import torch
 
-    rows, width = spec.train.micro_batch_size, shape_multiple(attention, spec.data.max_seq_len)
+    rows, width = rows or spec.train.micro_batch_size, shape_multiple(attention, spec.data.max_seq_len)
     ids = torch.randint(min(vocab, 1000), (rows, width), device=device)
     positions = torch.cat([torch.arange(width // 2), torch.arange(width - width // 2)]).to(device).expand(rows, -1)
     return {"input_ids": ids, "position_ids": positions.contiguous(), "labels": ids.clone()}

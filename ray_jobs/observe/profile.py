@@ -64,24 +64,30 @@ def peak_flops(device: Any) -> float | None:
 
 def model_shape(model: Any, gradient_checkpointing: bool = False) -> ModelShape:
     """What the FLOPs formula needs, read from the (PEFT) model before it is wrapped."""
-    frozen = trainable = 0
-    for name, module in model.named_modules():
-        if list(module.children()) or not hasattr(module, "in_features") or "original_module" in name:
-            continue  # leaf matmuls only (LoRA A/B included); PEFT keeps an unused copy of modules_to_save
-        size = module.in_features * module.out_features
-        if getattr(module, "weight", None) is not None and module.weight.requires_grad:
-            trainable += size
-        else:
-            frozen += size
+    total, trainable = matmul_params(model)
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return ModelShape(
-        matmul_params=frozen + trainable,
+        matmul_params=total,
         trainable_matmul_params=trainable,
         layers=config.num_hidden_layers,
         attn_dim=config.num_attention_heads * head_dim,
         gradient_checkpointing=gradient_checkpointing,
     )
+
+
+def matmul_params(module: Any) -> tuple[int, int]:
+    """``(all, trainable)`` weights of the matmuls in ``module`` (a model or one of its layers)."""
+    frozen = trainable = 0
+    for name, leaf in module.named_modules():
+        if list(leaf.children()) or not hasattr(leaf, "in_features") or "original_module" in name:
+            continue  # leaf matmuls only (LoRA A/B included); PEFT keeps an unused copy of modules_to_save
+        size = leaf.in_features * leaf.out_features
+        if getattr(leaf, "weight", None) is not None and leaf.weight.requires_grad:
+            trainable += size
+        else:
+            frozen += size
+    return frozen + trainable, trainable
 
 
 def step_flops(shape: ModelShape, tokens: float, attn_ctx: float) -> tuple[float, float]:

@@ -1,19 +1,18 @@
-"""A job's first step on a one-layer copy of its base, in a process of its own: the node's compiles, done ahead.
+"""A job's first step on a one-layer copy of its base (:mod:`ray_jobs.train.one_layer`), in a process of its own: the
+node's compiles, done ahead.
 
 Why: on a node whose compile cache is empty, the 7B preset's first step took 31-35 s longer than on one whose cache
 held its kernels (H200, ``bench/RESULTS.md``): flex attention's (forward, backward and the block mask), FP8's row
 scaling and Liger's Triton kernels, compiled in the worker after its start and its base's load, one after the other.
-Each of those kernels is keyed by one decoder layer's shapes and the micro-batch, not by how many layers there are.
-So a copy of the base with one decoder layer of random weights, quantized, adapted (:func:`ray_jobs.train.model.adapt`) and
-stepped on packed rows of the job's shape compiles the same kernels into the node's compile cache
-(:func:`ray_jobs.train.model.keep_compiled_kernels`), where the job's own first step reads them.
+The copy's step compiles the same kernels into the node's compile cache (:func:`ray_jobs.train.model.keep_compiled_kernels`),
+where the job's own first step reads them.
 
 Nothing of the team's is run or read here beyond the base's ``config.json`` (parsed by transformers, no remote code)
 and the spec's shapes: the weights are random, and so are the rows' token ids.
 
     python -m ray_jobs.train.compile_ahead SPEC.json [--set KEY=VALUE] [--whole] [--steps N] [--keep [--address ADDR]]
 
-prints one JSON line, an :class:`AheadReport`. ``--whole`` steps the base itself, as the job would, for the benchmark
+prints one JSON line, an :class:`ray_jobs.train.one_layer.AheadReport`. ``--whole`` steps the base itself, as the job would, for the benchmark
 that measures what the copy saves (``bench/compile_ahead.sh``). ``--keep``: the operator's; compiles the spec's
 kernels on a GPU node of the Ray cluster into the cluster's kernel store (:func:`keep`).
 """
@@ -26,12 +25,12 @@ import json
 import logging
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ray_jobs import node_gpus
 from ray_jobs.train import kernel_store
+from ray_jobs.train.one_layer import first_steps
 from rayft_contract.records import Failure
 from rayft_contract.spec import FineTuneSpec
 
@@ -39,108 +38,6 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class AheadReport:
-    """What one run did, in seconds, and what torch's compile caches answered."""
-
-    layers: int
-    copy_s: float
-    load_s: float
-    step_s: tuple[float, ...]
-    """Each step's forward and backward, the first with its compiles."""
-    cache_hits: int
-    cache_misses: int
-    """inductor's FX graph cache, over the run: a job's first step after a copy's should miss nothing."""
-    attention: str
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-
-def one_layer_copy(base_dir: str, into: Path, dtype: torch.dtype, device: torch.device) -> Path:
-    """``base_dir``'s architecture with one decoder layer of random weights, saved in ``into`` (safetensors).
-
-    Its embedding, head, norms and the layer's every matmul have the base's shapes; a 7B Llama's copy is 0.5B
-    parameters (0.9 GB in bf16), built on ``device``."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(base_dir)
-    config.num_hidden_layers = 1
-    if isinstance(getattr(config, "layer_types", None), list):  # per-layer attention kinds (Gemma, Qwen3): the first
-        config.layer_types = config.layer_types[:1]
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.save_pretrained(into)
-    del model
-    return into
-
-
-def first_steps(spec: FineTuneSpec, device: torch.device, *, whole: bool = False, steps: int = 1) -> AheadReport:
-    """Load ``spec``'s base (its one-layer copy unless ``whole``) as the job does, adapt it, and run ``steps`` forward
-    and backward passes under the job's autocast. The copy is removed after."""
-    import torch
-    from torch._dynamo.utils import counters
-
-    from ray_jobs.cache.models import fetch_model
-    from ray_jobs.data.packing import rows_of_job_shape
-    from ray_jobs.train.model import (
-        adapt,
-        autocast,
-        checkpoint_activations,
-        compile_layers,
-        keep_compiled_kernels,
-        load_base_from,
-        set_numerics,
-        torch_dtype,
-    )
-    from ray_jobs.train.strategy import Single
-
-    keep_compiled_kernels()
-    set_numerics()  # the job's: torch keys the kernels by them
-    with tempfile.TemporaryDirectory(prefix="rayft-ahead-") as scratch:
-        started = time.perf_counter()
-        if not whole:
-            local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
-            copy = one_layer_copy(str(local), Path(scratch), torch_dtype(spec.model.dtype), device)
-            spec = spec.replace(
-                model=dataclasses.replace(spec.model, path=str(copy), revision=None),
-                quantization=dataclasses.replace(spec.quantization, cache=False),  # a copy is never kept as a base
-            )
-        copied = time.perf_counter()
-        base = load_base_from(spec, device, Single()).model
-        model = adapt(base, spec, device, world=1).model
-        if spec.train.gradient_checkpointing:
-            checkpoint_activations(model)
-        if spec.model.compile:
-            compile_layers(model)
-        model.train()
-        loaded = time.perf_counter()
-        attention = base.config._attn_implementation
-        batch = rows_of_job_shape(spec, base.config.vocab_size, attention, device)
-        timings = []
-        for _ in range(steps):
-            began = time.perf_counter()
-            with autocast(spec, device):
-                out = model(**batch, num_items_in_batch=torch.tensor(batch["labels"].numel(), device=device), use_cache=False)
-            out.loss.backward()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            timings.append(round(time.perf_counter() - began, 3))
-        layers = base.config.num_hidden_layers
-    inductor = counters["inductor"]
-    return AheadReport(
-        layers=layers,
-        copy_s=round(copied - started, 3),
-        load_s=round(loaded - copied, 3),
-        step_s=tuple(timings),
-        cache_hits=int(inductor["fxgraph_cache_hit"]),
-        cache_misses=int(inductor["fxgraph_cache_miss"]),
-        attention=attention,
-    )
 
 
 AHEAD_WAIT_S = 180.0
@@ -153,7 +50,9 @@ OFF_ENV = "RAYFT_COMPILE_AHEAD"
 def kernels_key(spec: FineTuneSpec, base_config: dict[str, Any]) -> str:
     """What the compiled kernels of ``spec``'s first step depend on: one layer's architecture (the base's config but
     its layer count), the spec's kernels, attention, quantization, LoRA and row shapes, and the compilers' versions.
-    A node that ran the copy for a key has its kernels (:func:`_marker`)."""
+    A node that ran the copy for a key has its kernels (:func:`_marker`). The spec's micro-batch stands for the rows the
+    copy steps: the memory plan that may cut it follows from the spec and the GPU's memory, and a node's marker and the
+    store's entries are each one GPU model's."""
     import hashlib
     from importlib import metadata
 

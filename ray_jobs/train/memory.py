@@ -26,8 +26,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rayft_contract.records import ModelShape
     from rayft_contract.spec import FineTuneSpec
+
+    Forecast = Callable[[ModelShape, int], tuple[ModelShape, int, float]]
+    """``(shape, trainable)`` -> the job's ``(shape, trainable, free bytes)``: :class:`ray_jobs.train.forecast.JobForecast`."""
 
 log = logging.getLogger(__name__)
 
@@ -205,23 +210,45 @@ def free_step(error: BaseException, optimizer: Any, device: Any) -> None:
         torch.cuda.empty_cache()
 
 
-def fit_plan(spec: FineTuneSpec, shape: ModelShape, trainable: int, device: Any, world: int) -> Plan:
+def fit_plan(
+    spec: FineTuneSpec, shape: ModelShape, trainable: int, device: Any, world: int, forecast: Forecast | None = None
+) -> Plan:
     """How the micro-batches fit this GPU (:func:`plan`), from the least free memory of any rank, so every rank
     runs as many pieces (FSDP's collectives need that). On CPU, or with ``train.fit_memory`` off: the spec's
-    choice. Collective on GPU."""
-    if device.type != "cuda" or not spec.train.fit_memory:
+    choice. Collective on GPU. ``forecast``: the job's model and memory as its one-layer copy forecasts them
+    (:mod:`ray_jobs.train.forecast`), planned in their place, on any device."""
+    if (seen := _seen(spec, shape, trainable, device, forecast)) is None:
         return Plan()
-    free = _least_free(device)
+    shape, trainable, free = seen
     return plan(spec.train.micro_batch_size, spec.data.max_seq_len, shape, trainable, free, alone=world == 1)
 
 
-def fp8_cost_here(spec: FineTuneSpec, shape: ModelShape, trainable: int, fp8_bytes: float, device: Any, world: int) -> str:
+def fp8_cost_here(
+    spec: FineTuneSpec,
+    shape: ModelShape,
+    trainable: int,
+    fp8_bytes: float,
+    device: Any,
+    world: int,
+    forecast: Forecast | None = None,
+) -> str:
     """:func:`fp8_cost` on this GPU, from the least free memory of any rank (every rank decides alike). On CPU, or with
-    ``train.fit_memory`` off: ``""``, the spec decides. Collective on GPU."""
-    if device.type != "cuda" or not spec.train.fit_memory:
+    ``train.fit_memory`` off: ``""``, the spec decides. Collective on GPU. ``forecast``: as :func:`fit_plan`'s; the
+    FP8 weights are the copy's one layer's, so they grow as its layers do."""
+    if (seen := _seen(spec, shape, trainable, device, forecast)) is None:
         return ""
-    free = _least_free(device)
-    return fp8_cost(spec.train.micro_batch_size, spec.data.max_seq_len, shape, trainable, free, fp8_bytes, alone=world == 1)
+    job, trainable, free = seen
+    fp8_bytes *= job.layers / shape.layers
+    return fp8_cost(spec.train.micro_batch_size, spec.data.max_seq_len, job, trainable, free, fp8_bytes, alone=world == 1)
+
+
+def _seen(
+    spec: FineTuneSpec, shape: ModelShape, trainable: int, device: Any, forecast: Forecast | None
+) -> tuple[ModelShape, int, float] | None:
+    """``(shape, trainable, free bytes)`` to plan from, or ``None``: nothing to plan (off, or a CPU without a forecast)."""
+    if (device.type != "cuda" and forecast is None) or not spec.train.fit_memory:
+        return None
+    return forecast(shape, trainable) if forecast is not None else (shape, trainable, _least_free(device))
 
 
 def _least_free(device: Any) -> float:

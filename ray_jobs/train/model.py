@@ -308,10 +308,11 @@ class Adapted:
     """The summary's FP8 words (on, or off and why); empty where the spec asks for none."""
 
 
-def adapt(base: torch.nn.Module, spec: FineTuneSpec, device: torch.device, world: int) -> Adapted:
+def adapt(base: torch.nn.Module, spec: FineTuneSpec, device: torch.device, world: int, forecast: Any = None) -> Adapted:
     """The job's kernels (Liger patches the base's own modules, so before LoRA), its LoRA and FP8 (collective on GPU).
     One function for the job's set-up and the one-layer first step of :mod:`ray_jobs.train.compile_ahead`: what that step
-    compiles is what the job's will look up."""
+    compiles is what the job's will look up. ``forecast``: the copy's forecast of the job's memory
+    (:mod:`ray_jobs.train.forecast`), which FP8's choice reads in place of this GPU's."""
     from ray_jobs.observe.profile import model_shape
     from ray_jobs.train import fp8, kernels
 
@@ -320,7 +321,7 @@ def adapt(base: torch.nn.Module, spec: FineTuneSpec, device: torch.device, world
     model = apply_lora(base, spec)
     trainable, total = count_parameters(model)
     shape = model_shape(model, spec.train.gradient_checkpointing)
-    line = fp8.enable(model, spec, shape, trainable, device, world) if spec.quantization.fp8 else ""
+    line = fp8.enable(model, spec, shape, trainable, device, world, forecast) if spec.quantization.fp8 else ""
     return Adapted(model, fused, trainable, total, shape, line)
 
 

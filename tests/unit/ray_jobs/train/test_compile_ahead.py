@@ -6,24 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-import tempfile
 
-import pytest
 import torch
 
-from ray_jobs.train import compile_ahead
-from ray_jobs.train.model import COMPILE_CACHE_ENV, TRITON_CACHE_ENV
-
-
-@pytest.fixture
-def own_caches(tmp_path, monkeypatch):
-    """This test's node cache; torch's cache variables restored after (the code under test sets them)."""
-    monkeypatch.setenv("RAYFT_CACHE_DIR", str(tmp_path / "node-cache"))
-    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
-    monkeypatch.delenv(TRITON_CACHE_ENV, raising=False)
-    return tmp_path / "node-cache"
+from ray_jobs.train import compile_ahead, one_layer
 
 
 def one_gpu(spec):
@@ -32,7 +18,7 @@ def one_gpu(spec):
 
 def test_a_one_layer_copy_keeps_every_shape_of_its_base_but_the_layer_count(tiny, tiny_spec, tmp_path):
     base = json.loads((tiny / "model" / "config.json").read_text())
-    copy = compile_ahead.one_layer_copy(str(tiny / "model"), tmp_path / "copy", torch.float32, torch.device("cpu"))
+    copy = one_layer.one_layer_copy(str(tiny / "model"), tmp_path / "copy", torch.float32, torch.device("cpu"))
     copied = json.loads((copy / "config.json").read_text())
     assert base["num_hidden_layers"] > 1 and copied["num_hidden_layers"] == 1
     differ = {k for k in base.keys() | copied.keys() if base.get(k) != copied.get(k)}
@@ -58,21 +44,6 @@ def test_the_kernels_key_follows_what_is_compiled_and_not_what_is_not(tiny, tiny
     assert compile_ahead.kernels_key(tiny_spec, {**config, "hidden_size": 2 * config["hidden_size"]}) != key
 
 
-def test_the_copy_s_first_step_loads_and_adapts_as_the_job_does_and_leaves_no_copy_behind(
-    tiny, tiny_spec, tmp_path, monkeypatch, own_caches
-):
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    spec = tiny_spec.replace(data=dataclasses.replace(tiny_spec.data, max_seq_len=64))
-    report = compile_ahead.first_steps(spec, torch.device("cpu"), steps=2)
-    assert (report.layers, len(report.step_s), report.attention) == (1, 2, "sdpa")
-    assert report.copy_s > 0 and list(scratch.iterdir()) == [], "the copy is removed"
-    whole = compile_ahead.first_steps(spec, torch.device("cpu"), whole=True)
-    assert whole.layers == json.loads((tiny / "model" / "config.json").read_text())["num_hidden_layers"]
-    assert whole.copy_s == 0.0
-
-
 def test_compiling_ahead_starts_only_for_a_one_gpu_job_on_a_base_the_node_reads(tiny_spec):
     gpu = one_gpu(tiny_spec)
     assert compile_ahead.why_not(gpu, gpus_free=1) == ""
@@ -95,25 +66,3 @@ def test_the_task_compiles_nothing_on_a_node_that_has_the_kernels_or_no_gpu_free
     marker.write_text("{}")
     assert "already has the kernels" in compile_ahead._ahead_on_node(gpu)
     assert compile_ahead.kernels_at(gpu) == "node", "the probe: the early worker runs the job"
-
-
-def test_the_copy_compiles_under_the_numerics_the_job_trains_under(tiny_spec, tmp_path):
-    """torch keys a compiled kernel by the process's matmul precision too: on the H200 a copy compiled without the
-    job's TF32 setting missed every kernel the job then looked up. Fresh processes, as the copy's and the job's are."""
-    spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(tiny_spec.replace(data=dataclasses.replace(tiny_spec.data, max_seq_len=64)).to_dict()))
-    probe = "import torch; {}; print(torch.backends.cuda.matmul.fp32_precision)"
-    env = {"RAYFT_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-
-    def precision(code: str) -> str:
-        out = subprocess.run([sys.executable, "-c", probe.format(code)], capture_output=True, text=True, env=env, check=True)
-        return out.stdout.strip().splitlines()[-1]
-
-    untouched = precision("pass")
-    job = precision("from ray_jobs.train.model import set_numerics; set_numerics()")
-    copy = precision(
-        "from ray_jobs.train import compile_ahead; from rayft_contract.spec import FineTuneSpec; "
-        f"compile_ahead.first_steps(FineTuneSpec.load({str(spec_file)!r}), torch.device('cpu'))"
-    )
-    assert job != untouched, "the job's numerics are not torch's defaults (the test's own check)"
-    assert copy == job

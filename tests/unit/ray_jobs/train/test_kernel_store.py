@@ -65,7 +65,7 @@ def test_a_new_node_takes_the_kernels_another_node_compiled_and_its_first_step_c
 
     job = on_node(
         "node-b",
-        "import torch; r = compile_ahead.first_steps(spec, torch.device('cpu'), whole=True); "
+        "import torch; from ray_jobs.train import one_layer; r = one_layer.first_steps(spec, torch.device('cpu'), whole=True); "
         "print(json.dumps([r.cache_hits, r.cache_misses]))",
     )
     hits, misses = json.loads(job)

@@ -1,0 +1,132 @@
+"""A job's first step on a one-layer copy of its base (ray_jobs.train.one_layer), on CPU: what the step runs, under which
+numerics, at which micro-batch, and the forecast of the job's model and memory it plans from. What the copy saves is a
+GPU's measure (bench/compile_ahead.sh): on CPU nothing is compiled."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+
+from ray_jobs.train import one_layer
+from ray_jobs.train.memory import HEADROOM, activation_bytes, fit_plan, plan
+from ray_jobs.train.model import adapt, load_base_from
+from ray_jobs.train.strategy import Single
+
+
+def short(spec, max_seq_len=64):
+    return spec.replace(data=dataclasses.replace(spec.data, max_seq_len=max_seq_len))
+
+
+def loaded(spec):
+    """``spec``'s base loaded and adapted on CPU as the job's worker does: ``(base, adapted)``."""
+    base = load_base_from(spec, torch.device("cpu"), Single()).model
+    return base, adapt(base, spec, torch.device("cpu"), world=1)
+
+
+def held(model) -> int:
+    return one_layer.tensor_bytes(model.parameters(), model.buffers())
+
+
+def test_the_copy_s_first_step_loads_and_adapts_as_the_job_does_and_leaves_no_copy_behind(
+    tiny, tiny_spec, tmp_path, monkeypatch, own_caches
+):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    spec = short(tiny_spec)
+    report = one_layer.first_steps(spec, torch.device("cpu"), steps=2)
+    assert (report.layers, len(report.step_s), report.attention) == (1, 2, "sdpa")
+    assert (report.micro_batch, report.plan, report.forecast_free_gib) == (spec.train.micro_batch_size, "", None), (
+        "no GPU, no forecast: the spec's"
+    )
+    assert report.copy_s > 0 and list(scratch.iterdir()) == [], "the copy is removed"
+    whole = one_layer.first_steps(spec, torch.device("cpu"), whole=True)
+    assert whole.layers == json.loads((tiny / "model" / "config.json").read_text())["num_hidden_layers"]
+    assert whole.copy_s == 0.0
+
+
+def test_the_copy_forecasts_the_whole_base_s_shape_trainable_weights_and_memory_from_its_one_layer(tiny, tiny_spec, tmp_path):
+    """The tiny preset trains its embeddings and head in full (modules_to_save): weights outside the layers, which the
+    forecast must count once, not once a layer."""
+    spec = short(tiny_spec)
+    whole_base, whole = loaded(spec)
+    copy_dir = one_layer.one_layer_copy(spec.model.path, tmp_path / "copy", torch.float32, torch.device("cpu"))
+    copy_spec = spec.replace(model=dataclasses.replace(spec.model, path=str(copy_dir)))
+    copy_base, copy = loaded(copy_spec)
+    layers = whole_base.config.num_hidden_layers
+    assert layers > 1 and copy_base.config.num_hidden_layers == 1 and whole.trainable > layers * (whole.trainable // 100)
+
+    usable = 10 * held(whole.model)
+    forecast = one_layer.JobForecast.on(copy_base, layers, torch.device("cpu"), usable_bytes=usable)
+    shape, trainable, free = forecast(copy.shape, copy.trainable)
+    assert shape == whole.shape
+    assert trainable == whole.trainable
+    assert free == usable - held(whole.model)
+    with pytest.raises(ValueError, match="usable_bytes"):
+        one_layer.JobForecast.on(copy_base, layers, torch.device("cpu"))
+
+
+def test_the_copy_steps_the_micro_batch_the_job_s_memory_plan_will_run_on_a_gpu_too_small_for_the_spec_s(
+    tiny_spec, tmp_path, own_caches
+):
+    """The memory a GPU of the job's would have is made to fit 2 of the spec's 4 rows a piece (about half of its
+    activations): the copy plans as the job will there, and steps pieces of 2."""
+    spec = short(tiny_spec)
+    _, whole = loaded(spec)
+    size, seq = spec.train.micro_batch_size, spec.data.max_seq_len
+    budget = 1.5 * activation_bytes(whole.shape, size // 2 * seq, gradient_checkpointing=False)
+    free = (budget + 16 * whole.trainable) / HEADROOM
+    job = plan(size, seq, whole.shape, whole.trainable, free, alone=True)
+    assert (job.split, job.gradient_checkpointing) == (2, False), "the test's own arithmetic: the job runs pieces of 2"
+
+    report = one_layer.first_steps(spec, torch.device("cpu"), usable_bytes=free + held(whole.model))
+    assert report.micro_batch == size // 2
+    assert report.plan == job.reason and report.plan.startswith(f"micro-batch {size // 2}: ")
+
+
+def test_a_forecast_plans_in_place_of_the_gpu_and_scales_fp8_s_weights_with_the_layers(tiny_spec):
+    """The copy's FP8 weights are one layer's: the job's are as many times more as it has layers."""
+    from ray_jobs.train.memory import fp8_cost_here
+    from tests.unit.ray_jobs.train.test_memory import GIB, LLAMA_7B
+
+    one = dataclasses.replace(LLAMA_7B, layers=1)
+    spec = tiny_spec.replace(train=dataclasses.replace(tiny_spec.train, micro_batch_size=8))
+    spec = spec.replace(data=dataclasses.replace(spec.data, max_seq_len=2048))
+
+    def seen(free_gib):
+        return lambda shape, trainable: (LLAMA_7B, 40_000_000, free_gib * GIB)
+
+    cpu = torch.device("cpu")
+    assert fit_plan(spec, one, 1_250_000, cpu, 1, seen(134)).split == 1, "an H200's memory: the spec's micro-batch"
+    assert fit_plan(spec, one, 1_250_000, cpu, 1, seen(62)).split == 2, "an H100's: pieces of 4"
+    one_layer_fp8 = 2 * 6_476_000_000 // 32
+    assert fp8_cost_here(spec, one, 1_250_000, one_layer_fp8, cpu, 1, seen(134)) == ""
+    assert fp8_cost_here(spec, one, 1_250_000, one_layer_fp8, cpu, 1, seen(19)).startswith("fp8 off: its 12 GiB")
+
+
+def test_the_copy_compiles_under_the_numerics_the_job_trains_under(tiny_spec, tmp_path):
+    """torch keys a compiled kernel by the process's matmul precision too: on the H200 a copy compiled without the
+    job's TF32 setting missed every kernel the job then looked up. Fresh processes, as the copy's and the job's are."""
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(short(tiny_spec).to_dict()))
+    probe = "import torch; {}; print(torch.backends.cuda.matmul.fp32_precision)"
+    env = {"RAYFT_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+
+    def precision(code: str) -> str:
+        out = subprocess.run([sys.executable, "-c", probe.format(code)], capture_output=True, text=True, env=env, check=True)
+        return out.stdout.strip().splitlines()[-1]
+
+    untouched = precision("pass")
+    job = precision("from ray_jobs.train.model import set_numerics; set_numerics()")
+    copy = precision(
+        "from ray_jobs.train import one_layer; from rayft_contract.spec import FineTuneSpec; "
+        f"one_layer.first_steps(FineTuneSpec.load({str(spec_file)!r}), torch.device('cpu'))"
+    )
+    assert job != untouched, "the job's numerics are not torch's defaults (the test's own check)"
+    assert copy == job
