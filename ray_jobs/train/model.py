@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from ray_jobs.train.kernels import KernelChoice
+    from ray_jobs.train.memory import Forecast
     from ray_jobs.train.strategy import Strategy
     from rayft_contract.records import ModelShape
 
@@ -308,7 +309,9 @@ class Adapted:
     """The summary's FP8 words (on, or off and why); empty where the spec asks for none."""
 
 
-def adapt(base: torch.nn.Module, spec: FineTuneSpec, device: torch.device, world: int, forecast: Any = None) -> Adapted:
+def adapt(
+    base: torch.nn.Module, spec: FineTuneSpec, device: torch.device, world: int, forecast: Forecast | None = None
+) -> Adapted:
     """The job's kernels (Liger patches the base's own modules, so before LoRA), its LoRA and FP8 (collective on GPU).
     One function for the job's set-up and the one-layer first step of :mod:`ray_jobs.train.compile_ahead`: what that step
     compiles is what the job's will look up. ``forecast``: the copy's forecast of the job's memory
