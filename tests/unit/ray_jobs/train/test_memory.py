@@ -139,3 +139,23 @@ def test_with_fit_memory_off_the_spec_decides_and_the_gpu_is_not_asked(tiny_spec
     if not torch.cuda.is_available():
         with pytest.raises((RuntimeError, AssertionError)):
             fit_plan(tiny_spec, LLAMA_7B, 40_000_000, torch.device("cuda"), world=1)
+
+
+def test_a_forecast_plans_in_place_of_the_gpu_and_scales_fp8_s_weights_with_the_layers(tiny_spec):
+    """The one-layer copy that compiles a job's kernels ahead plans from its forecast of the job (ray_jobs.train.one_layer),
+    on any device; its FP8 weights are one layer's, and the job's as many times more as it has layers."""
+    from ray_jobs.train.memory import fit_plan, fp8_cost_here
+
+    one = dataclasses.replace(LLAMA_7B, layers=1)
+    spec = tiny_spec.replace(train=dataclasses.replace(tiny_spec.train, micro_batch_size=8))
+    spec = spec.replace(data=dataclasses.replace(spec.data, max_seq_len=2048))
+
+    def seen(free_gib):
+        return lambda shape, trainable: (LLAMA_7B, 40_000_000, free_gib * GIB)
+
+    cpu = torch.device("cpu")
+    assert fit_plan(spec, one, 1_250_000, cpu, 1, seen(134)).split == 1, "an H200's memory: the spec's micro-batch"
+    assert fit_plan(spec, one, 1_250_000, cpu, 1, seen(62)).split == 2, "an H100's: pieces of 4"
+    one_layer_fp8 = FP8_7B // LLAMA_7B.layers
+    assert fp8_cost_here(spec, one, 1_250_000, one_layer_fp8, cpu, 1, seen(134)) == ""
+    assert fp8_cost_here(spec, one, 1_250_000, one_layer_fp8, cpu, 1, seen(19)).startswith("fp8 off: its 12 GiB")

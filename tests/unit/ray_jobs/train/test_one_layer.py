@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ray_jobs.train import one_layer
-from ray_jobs.train.memory import HEADROOM, activation_bytes, fit_plan, plan
+from ray_jobs.train.memory import HEADROOM, activation_bytes, plan
 from ray_jobs.train.model import adapt, load_base_from
 from ray_jobs.train.strategy import Single
 
@@ -88,26 +88,6 @@ def test_the_copy_steps_the_micro_batch_the_job_s_memory_plan_will_run_on_a_gpu_
     report = one_layer.first_steps(spec, torch.device("cpu"), usable_bytes=free + held(whole.model))
     assert report.micro_batch == size // 2
     assert report.plan == job.reason and report.plan.startswith(f"micro-batch {size // 2}: ")
-
-
-def test_a_forecast_plans_in_place_of_the_gpu_and_scales_fp8_s_weights_with_the_layers(tiny_spec):
-    """The copy's FP8 weights are one layer's: the job's are as many times more as it has layers."""
-    from ray_jobs.train.memory import fp8_cost_here
-    from tests.unit.ray_jobs.train.test_memory import GIB, LLAMA_7B
-
-    one = dataclasses.replace(LLAMA_7B, layers=1)
-    spec = tiny_spec.replace(train=dataclasses.replace(tiny_spec.train, micro_batch_size=8))
-    spec = spec.replace(data=dataclasses.replace(spec.data, max_seq_len=2048))
-
-    def seen(free_gib):
-        return lambda shape, trainable: (LLAMA_7B, 40_000_000, free_gib * GIB)
-
-    cpu = torch.device("cpu")
-    assert fit_plan(spec, one, 1_250_000, cpu, 1, seen(134)).split == 1, "an H200's memory: the spec's micro-batch"
-    assert fit_plan(spec, one, 1_250_000, cpu, 1, seen(62)).split == 2, "an H100's: pieces of 4"
-    one_layer_fp8 = 2 * 6_476_000_000 // 32
-    assert fp8_cost_here(spec, one, 1_250_000, one_layer_fp8, cpu, 1, seen(134)) == ""
-    assert fp8_cost_here(spec, one, 1_250_000, one_layer_fp8, cpu, 1, seen(19)).startswith("fp8 off: its 12 GiB")
 
 
 def test_the_copy_compiles_under_the_numerics_the_job_trains_under(tiny_spec, tmp_path):
