@@ -42,7 +42,7 @@ def enable(model: Any, spec: Any, shape: Any, trainable: int, device: torch.devi
     """``quantization.fp8`` on a LoRA model whose layers are fused: their base matmuls in FP8 where the device has FP8
     tensor cores and the FP8 weights cost the micro-batch nothing (``ray_jobs.train.memory.fp8_cost``). Returns the
     summary's kernels words, on or off and why. Collective on GPU. ``forecast``: the job's memory as its one-layer copy
-    forecasts it (``ray_jobs.train.forecast``), so the copy decides as the job will."""
+    forecasts it (``ray_jobs.train.one_layer.JobForecast``), so the copy decides as the job will."""
     from ray_jobs.train.lora_fused import enable_fp8
     from ray_jobs.train.memory import fp8_cost_here
 

@@ -16,7 +16,9 @@ model is loaded, from the model's shape (:data:`ACTIVATION_BYTES`), and runs eac
 many pieces as it takes to fit; a worker alone turns gradient checkpointing on when even one row a
 piece would not fit. So a GPU smaller than the preset's (or one shared with another process) runs the
 job at a lower speed instead of failing, and the summary says what was chosen and why. The back-off
-above still checks the choice against the first steps' real peak.
+above still checks the choice against the first steps' real peak. The one-layer copy that compiles a job's kernels
+ahead plans the same way from its forecast of the job's model and memory (``ray_jobs.train.one_layer``), so it compiles
+the pieces the job will run.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from rayft_contract.spec import FineTuneSpec
 
     Forecast = Callable[[ModelShape, int], tuple[ModelShape, int, float]]
-    """``(shape, trainable)`` -> the job's ``(shape, trainable, free bytes)``: :class:`ray_jobs.train.forecast.JobForecast`."""
+    """``(shape, trainable)`` -> the job's ``(shape, trainable, free bytes)``: :class:`ray_jobs.train.one_layer.JobForecast`."""
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +218,7 @@ def fit_plan(
     """How the micro-batches fit this GPU (:func:`plan`), from the least free memory of any rank, so every rank
     runs as many pieces (FSDP's collectives need that). On CPU, or with ``train.fit_memory`` off: the spec's
     choice. Collective on GPU. ``forecast``: the job's model and memory as its one-layer copy forecasts them
-    (:mod:`ray_jobs.train.forecast`), planned in their place, on any device."""
+    (:class:`ray_jobs.train.one_layer.JobForecast`), planned in their place, on any device."""
     if (seen := _seen(spec, shape, trainable, device, forecast)) is None:
         return Plan()
     shape, trainable, free = seen

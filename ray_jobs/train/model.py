@@ -315,7 +315,7 @@ def adapt(
     """The job's kernels (Liger patches the base's own modules, so before LoRA), its LoRA and FP8 (collective on GPU).
     One function for the job's set-up and the one-layer first step of :mod:`ray_jobs.train.compile_ahead`: what that step
     compiles is what the job's will look up. ``forecast``: the copy's forecast of the job's memory
-    (:mod:`ray_jobs.train.forecast`), which FP8's choice reads in place of this GPU's."""
+    (:class:`ray_jobs.train.one_layer.JobForecast`), which FP8's choice reads in place of this GPU's."""
     from ray_jobs.observe.profile import model_shape
     from ray_jobs.train import fp8, kernels
 
