@@ -346,6 +346,10 @@ def compile_layers(model: torch.nn.Module, backend: str = "inductor") -> int:
     from ray_jobs.train.strategy import decoder_layers
 
     layers = decoder_layers(model)
+    if not layers:
+        raise ValueError(
+            "model.compile compiles each decoder layer, and this model has no `layers` ModuleList: set model.compile: false"
+        )
     for layer in layers:
         layer.compile(backend=backend)
     return len(layers)

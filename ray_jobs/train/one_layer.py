@@ -114,7 +114,7 @@ def first_steps(
         forecast = None
         if not whole:
             local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
-            job_layers = json.loads((Path(local) / "config.json").read_text())["num_hidden_layers"]
+            job_layers = json.loads((Path(local) / "config.json").read_text()).get("num_hidden_layers")
             copy = one_layer_copy(str(local), Path(scratch), torch_dtype(spec.model.dtype), device)
             spec = spec.replace(
                 model=dataclasses.replace(spec.model, path=str(copy), revision=None),
@@ -122,7 +122,7 @@ def first_steps(
             )
         copied = time.perf_counter()
         base = load_base_from(spec, device, Single()).model
-        if not whole and (device.type == "cuda" or usable_bytes is not None):
+        if not whole and isinstance(job_layers, int) and (device.type == "cuda" or usable_bytes is not None):
             forecast = JobForecast.on(base, job_layers, device, usable_bytes)
         adapted = adapt(base, spec, device, world=1, forecast=forecast)
         model, chosen = adapted.model, fit_plan(spec, adapted.shape, adapted.trainable, device, 1, forecast)
@@ -182,11 +182,19 @@ class JobForecast:
     """The bytes the copy's tensors hold now: ``torch.cuda.memory_allocated`` on a GPU."""
 
     @classmethod
-    def on(cls, copy: torch.nn.Module, layers: int, device: torch.device, usable_bytes: float | None = None) -> JobForecast:
-        """The forecast for a job of ``layers`` decoder layers from ``copy`` loaded on ``device``. ``usable_bytes``: the
-        GPU's memory less :data:`CONTEXT_BYTES` unless given (on CPU, the tests, it must be, and the copy's parameters
-        and buffers stand for what the allocator would count)."""
+    def on(
+        cls, copy: torch.nn.Module, layers: int, device: torch.device, usable_bytes: float | None = None
+    ) -> JobForecast | None:
+        """The forecast for a job of ``layers`` decoder layers from ``copy`` loaded on ``device``; ``None`` for a model
+        with no decoder layers to grow by (``ray_jobs.train.strategy.decoder_layers``): the copy then steps the spec's
+        micro-batch. ``usable_bytes``: the GPU's memory less :data:`CONTEXT_BYTES` unless given (on CPU, the tests, it
+        must be, and the copy's parameters and buffers stand for what the allocator would count)."""
         import torch
+
+        from ray_jobs.train.strategy import decoder_layers
+
+        if not decoder_layers(copy):
+            return None
 
         if device.type == "cuda":
             usable = torch.cuda.mem_get_info(device)[1] - CONTEXT_BYTES if usable_bytes is None else usable_bytes

@@ -138,7 +138,10 @@ class FSDP2(_Torch):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.fsdp import fully_shard
 
-        for layer in decoder_layers(model):
+        layers = decoder_layers(model)
+        if not layers:
+            raise ValueError("scaling.strategy: fsdp needs a model with a `layers` ModuleList of decoder blocks")
+        for layer in layers:
             fully_shard(layer)
         fully_shard(model)
         return model
@@ -159,14 +162,15 @@ class FSDP2(_Torch):
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated transformer blocks (``...model.layers`` in Llama-like models)."""
+    """The repeated transformer blocks (``...model.layers`` in Llama-like models); empty for a model built otherwise,
+    which each caller refuses in its own words."""
     import torch
 
     for module in model.modules():
         layers = getattr(module, "layers", None)
         if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
             return list(layers)
-    raise ValueError("scaling.strategy: fsdp needs a model with a `layers` ModuleList of decoder blocks")
+    return []
 
 
 def describe(model: torch.nn.Module, strategy: Strategy) -> dict[str, int | str]:

@@ -70,6 +70,8 @@ def test_the_copy_forecasts_the_whole_base_s_shape_trainable_weights_and_memory_
     assert free == usable - held(whole.model)
     with pytest.raises(ValueError, match="usable_bytes"):
         one_layer.JobForecast.on(copy_base, layers, torch.device("cpu"))
+    flat = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    assert one_layer.JobForecast.on(flat, layers, torch.device("cpu"), usable) is None, "no layers to grow by: no forecast"
 
 
 def test_the_copy_steps_the_micro_batch_the_job_s_memory_plan_will_run_on_a_gpu_too_small_for_the_spec_s(

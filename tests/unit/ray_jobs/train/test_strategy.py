@@ -26,6 +26,16 @@ def test_only_fsdp_stores_4bit_weights_in_the_compute_dtype():
     assert Single().quant_storage(torch.bfloat16) == DDP().quant_storage(torch.bfloat16) == torch.uint8
 
 
+def test_fsdp_and_model_compile_refuse_a_model_without_decoder_layers_each_naming_its_own_field():
+    from ray_jobs.train.model import compile_layers
+
+    flat = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="scaling.strategy: fsdp needs a model with a `layers` ModuleList"):
+        FSDP2().wrap(flat)
+    with pytest.raises(ValueError, match="model.compile.*set model.compile: false"):
+        compile_layers(flat)
+
+
 def test_a_trained_state_survives_state_dict_and_load_with_frozen_weights_left_out(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
