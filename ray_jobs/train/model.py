@@ -3,8 +3,8 @@
 What is fast, measured on an H200 (``../shared/NOTES.md``): keep the frozen base in bf16 and the
 LoRA weights in fp32, and run under bf16 autocast. PEFT's ``prepare_model_for_kbit_training``
 upcasts norms and embeddings to fp32, which turns the whole residual stream fp32: 24% slower and
-25% more memory, so rayft does not call it. bitsandbytes is imported (by transformers) only when a
-quantized base is loaded.
+25% more memory, so rayft does not call it. bitsandbytes is imported wherever it is installed, quantized base or not:
+PEFT's LoRA dispatch imports it (``peft.tuners.lora.model``), and so does ``ray_jobs.train.lora_fused``.
 """
 
 from __future__ import annotations
