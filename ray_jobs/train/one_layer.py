@@ -94,7 +94,7 @@ def first_steps(
 
     from ray_jobs.cache.models import fetch_model
     from ray_jobs.data.packing import rows_of_job_shape
-    from ray_jobs.train.memory import fit_plan
+    from ray_jobs.train.memory import MicroBatches, fit_plan
     from ray_jobs.train.model import (
         adapt,
         autocast,
@@ -134,7 +134,9 @@ def first_steps(
         model.train()
         loaded = time.perf_counter()
         attention = base.config._attn_implementation
-        rows = -(-spec.train.micro_batch_size // chosen.split)  # the job's pieces (ray_jobs.train.memory.MicroBatches)
+        micro = MicroBatches(spec.train.micro_batch_size, world=1)
+        micro.follow(chosen)  # the job's pieces, as its loop runs them
+        rows = micro.running
         batch = rows_of_job_shape(spec, base.config.vocab_size, attention, device, rows)
         timings = []
         for _ in range(steps):
@@ -195,7 +197,6 @@ class JobForecast:
 
         if not decoder_layers(copy):
             return None
-
         if device.type == "cuda":
             usable = torch.cuda.mem_get_info(device)[1] - CONTEXT_BYTES if usable_bytes is None else usable_bytes
             return cls(layers, copy, usable, lambda: float(torch.cuda.memory_allocated(device)))
