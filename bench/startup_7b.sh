@@ -18,7 +18,10 @@
 # NODE="1 1 0": 1 makes that run a new node's first job: Ray stops, the node's caches go (datasets, models, compiled
 # kernels, torch's and Triton's own), Ray starts again. With RAYFT_KERNELS_URI set (ray_jobs/train/kernel_store.py), the
 # cluster's kernel store stays, as it would on shared storage.
-# RUNS is the longest of WARM, EARLY, FILL and NODE.
+# SPY="0 0 1": 1 makes py-spy record the warm worker (the pool's idle one, which takes the job) through that run, 50 samples
+# a second, idle threads too: $OUT/<run>.warm_worker.speedscope.json (each thread's samples in order; bench/spy_phases.py
+# says where the main thread's time went, second by second).
+# RUNS is the longest of WARM, EARLY, FILL, NODE and SPY.
 #
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: DUMPS=1 bash bench/startup_7b.sh        (about 5 minutes)
@@ -36,8 +39,8 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled RAY_TRAIN_V2_E
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-3}; RUNS=${RUNS:-3}; TREES=${TREES:-new:.}
 read -r -a warm <<< "${WARM:-}"; read -r -a early <<< "${EARLY:-}"; read -r -a fill <<< "${FILL:-}"
-read -r -a node <<< "${NODE:-}"
-for words in ${#warm[@]} ${#early[@]} ${#fill[@]} ${#node[@]}; do [ "$words" -gt 0 ] && [ "$words" -gt "${most:-0}" ] && most=$words; done
+read -r -a node <<< "${NODE:-}"; read -r -a spy <<< "${SPY:-}"
+for words in ${#warm[@]} ${#early[@]} ${#fill[@]} ${#node[@]} ${#spy[@]}; do [ "$words" -gt 0 ] && [ "$words" -gt "${most:-0}" ] && most=$words; done
 RUNS=${most:-$RUNS}
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
@@ -91,6 +94,16 @@ for entry in $TREES; do
     fi
     [ "${fill[$((run - 1))]:-0}" = 1 ] && rm -rf "$RAYFT_CACHE_DIR/datasets"
     if [ "${early[$((run - 1))]:--}" = - ]; then unset RAYFT_EARLY_WORKER; else export RAYFT_EARLY_WORKER=${early[$((run - 1))]}; fi
+    if [ "${spy[$((run - 1))]:-0}" = 1 ]; then
+      warm_pid=$(pgrep -f "ray::WarmWorker" | head -1 || true)
+      if [ -n "$warm_pid" ]; then
+        "$pyspy" record --pid "$warm_pid" --rate 50 --idle --format speedscope --duration 120 \
+          --output "$OUT/$name.warm_worker.speedscope.json" > "$OUT/$name.pyspy.log" 2>&1 &
+        recorder=$!
+      else
+        echo "$name: no warm worker to record" | tee -a "$OUT/startup.log"
+      fi
+    fi
     SECONDS=0
     (cd "$tree" && RAYFT_WARM_WORKERS=${warm[$((run - 1))]:-0} PYTHONPATH=$tree:$PYTHONPATH python3 -m rayft train "$PRESET" --address auto --overwrite \
       --set name="$name" --set model.path=/tmp/llama-7b --set data.path=/tmp/chat.jsonl --set output.dir=/tmp/runs \
@@ -98,6 +111,8 @@ for entry in $TREES; do
       --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 "${sets[@]}" > "$OUT/$name.log" 2>&1) || echo "$name FAILED"
     echo "$name: rayft train wall ${SECONDS} s" | tee -a "$OUT/startup.log"
     [ -n "${dumper:-}" ] && { kill "$dumper" 2>/dev/null || true; unset dumper; }
+    # py-spy writes what it sampled when interrupted (or when its worker ends, as a lent one does after its job)
+    [ -n "${recorder:-}" ] && { kill -INT "$recorder" 2>/dev/null || true; wait "$recorder" || true; unset recorder; }
     cp "/tmp/runs/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null || tail -30 "$OUT/$name.log"
     # Each step's own phases (data wait, forward + backward, optimizer...): what the first step's extra seconds are.
     cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null || true
