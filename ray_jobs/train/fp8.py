@@ -57,7 +57,7 @@ def enable(model: Any, spec: Any, shape: Any, trainable: int, device: torch.devi
 
 def warm_up(device: torch.device, widths: tuple[int, ...]) -> bool:
     """Compile :data:`_rowwise_compiled` and make cuBLASLt's first FP8 call in this process, on a warm worker before its
-    job comes (``ray_jobs.train.model.hold_base``), so that the job's first step does neither. Rows of ``widths`` (the
+    job comes (``ray_jobs.train.held.hold_base``), so that the job's first step does neither. Rows of ``widths`` (the
     layers' input widths), 16 of them: the GPU's smallest FP8 GEMM. Returns whether it ran (only where FP8 runs on
     tensor cores; on CPU there is nothing to compile)."""
     if not usable(device)[0] or device.type != "cuda":

@@ -182,7 +182,7 @@ class _Loop:
             attention=base.config._attn_implementation,
             quantized_base=loaded.quantized,
             micro_batch=micro.describe(),
-            worker=runner.describe() + (", its base loaded before the job" if loaded.held else ""),
+            worker=runner.describe() + loaded.held_line(micro.running),
             **strategies.describe(model, strategy),
         )
         model.train()

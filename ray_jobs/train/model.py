@@ -137,87 +137,20 @@ class LoadedBase:
     ``quantized, then kept in the node's cache`` (``quantization.cache``, :mod:`ray_jobs.cache.quantized`). Empty for
     a base that is not quantized."""
     held: bool = False
-    """Loaded before the job, by the warm worker that runs it (:func:`hold_base`)."""
+    """Loaded before the job, by the warm worker that runs it (:func:`ray_jobs.train.held.hold_base`)."""
+    compiled_rows: int | None = None
+    """The rows a piece for which that worker compiled flex attention's kernels (``held.compile_attention``)."""
 
-
-_held: dict[str, LoadedBase] = {}
-"""The base a warm worker loaded before its job came, by :func:`held_key`; the job takes it, or it is dropped."""
-
-
-def held_key(spec: FineTuneSpec, device: torch.device) -> str | None:
-    """What a held base must match to serve a job: the base's files (names, sizes, mtimes), its dtype, attention
-    kernel and quantization. ``None`` for a base in ``s3://``: it is read with the job's team's own keys."""
-    from ray_jobs.cache import quantized as quantized_cache
-    from ray_jobs.cache.models import fetch_model
-
-    if spec.model.path.startswith("s3://"):
-        return None
-    local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
-    settings = {"dtype": spec.model.dtype, "attention": attention_for(spec, device.type), **dataclasses.asdict(spec.quantization)}
-    return quantized_cache.key(local, settings)
-
-
-def hold_base(spec: FineTuneSpec, device: torch.device, compile: bool = True) -> None:
-    """Load ``spec``'s base now, on a warm worker before its job (``ray_jobs.warm.pool``): the next job with the same
-    base (:func:`held_key`) takes it in :func:`load_base_from` instead of reading and quantizing it again.
-    ``compile=False`` for the job's own early worker (``ray_jobs.warm.early``), which runs only where the node has
-    the job's kernels: there these compiles cost 7.6-9.6 s more on the H200 than they saved the first step."""
-    from ray_jobs.train.strategy import Single
-
-    key = held_key(spec, device)
-    if key is None:
-        return
-    set_numerics()  # before the compiles below, whose kernels the job looks up under its own numerics
-    _held[key] = loaded = load_base_from(spec, device, Single())
-    if not compile:
-        return
-    if device.type == "cuda" and loaded.model.config._attn_implementation == "flex_attention":
-        compile_attention(spec, loaded.model, device)
-    if spec.quantization.fp8:  # its row scaling's compile and cuBLASLt's first FP8 call, out of the job's first step
-        from ray_jobs.train import fp8
-
-        config = loaded.model.config
-        fp8.warm_up(device, (config.hidden_size, config.intermediate_size))
-
-
-def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.device) -> None:
-    """One forward and backward of the base's decoder on packed rows of the job's shape (micro-batch x max_seq_len,
-    two examples a row), so that flex attention's kernels, forward and backward, are compiled in this process (or
-    read from the node's compile cache) before the job comes. The job's first step on a warm worker took 6.3 s
-    against a steady 3.7 (H200). Liger and LoRA, applied by the job, leave the attention call as it is."""
-    import torch
-
-    from ray_jobs.data.packing import rows_of_job_shape
-
-    rows = rows_of_job_shape(spec, model.config.vocab_size, model.config._attn_implementation, device)
-    ids, positions = rows["input_ids"], rows["position_ids"]
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    model.requires_grad_(False)  # the gradient goes to the inputs alone: no weight keeps one
-    try:
-        embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
-        with autocast(spec, device):
-            hidden = getattr(model, model.base_model_prefix)(inputs_embeds=embeds, position_ids=positions).last_hidden_state
-        hidden.float().mean().backward()
-    finally:
-        for param in trainable:
-            param.requires_grad_(True)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _take_held(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase | None:
-    """The held base if it is this job's; any other is dropped first, for the memory the job's own base needs."""
-    import gc
-
-    import torch
-
-    held = _held.pop(held_key(spec, device) or "", None) if strategy.name == "single" else None
-    if _held:
-        _held.clear()
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    return dataclasses.replace(held, held=True) if held is not None else None
+    def held_line(self, rows: int) -> str:
+        """What the summary's worker line adds for a base loaded before the job that runs ``rows`` rows a piece."""
+        if not self.held:
+            return ""
+        line = ", its base loaded before the job"
+        if self.compiled_rows is not None:
+            line += f", its attention compiled for {self.compiled_rows} rows a piece"
+            if self.compiled_rows != rows:
+                line += f" where the job runs {rows}: its first step compiled them again, for any size"
+        return line
 
 
 def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase:
@@ -227,10 +160,11 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy)
     from ray_jobs.cache import quantized as quantized_cache
     from ray_jobs.cache.model_files import load_pretrained
     from ray_jobs.cache.models import fetch_model
+    from ray_jobs.train import held
 
     keep_compiled_kernels()
-    if _held and (held := _take_held(spec, device, strategy)) is not None:
-        return held
+    if (taken := held.take(spec, device, strategy)) is not None:
+        return taken
     kwargs: dict[str, Any] = {
         "dtype": torch_dtype(spec.model.dtype),
         "attn_implementation": attention_for(spec, device.type),

@@ -21,17 +21,19 @@ step.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
 
+    from ray_jobs.train.memory import Plan
     from rayft_contract.records import ModelShape
     from rayft_contract.spec import FineTuneSpec
 
@@ -80,38 +82,40 @@ def one_layer_copy(base_dir: str, into: Path, dtype: torch.dtype, device: torch.
     return into
 
 
-def first_steps(
-    spec: FineTuneSpec, device: torch.device, *, whole: bool = False, steps: int = 1, usable_bytes: float | None = None
-) -> AheadReport:
-    """Load ``spec``'s base (its one-layer copy unless ``whole``) as the job does, adapt it, plan its micro-batch, and
-    run ``steps`` forward and backward passes of the planned rows under the job's autocast. The copy is removed after.
+@dataclasses.dataclass(frozen=True)
+class AdaptedCopy:
+    """The one-layer copy (or the base itself, ``whole``) loaded and adapted as the job will be, its micro-batch planned."""
 
-    The copy plans as the job will on this GPU, from the job's model and free memory as it forecasts them
-    (:class:`JobForecast`; ``usable_bytes``: the job's usable memory, the GPU's unless given,
-    which on CPU it must be for a plan); ``whole`` plans from the GPU's free memory, as the job does."""
-    import torch
-    from torch._dynamo.utils import counters
+    spec: FineTuneSpec
+    """The spec the copy was loaded from (``model.path`` the copy's)."""
+    base: torch.nn.Module
+    model: torch.nn.Module
+    """``base`` adapted: the job's kernels, LoRA and FP8."""
+    chosen: Plan
+    rows: int
+    """The rows a piece the job will run: the spec's micro-batch, cut by ``chosen`` (:class:`MicroBatches`)."""
+    forecast_free_gib: float | None
+    copy_s: float
+    copied_at: float
+    """``time.perf_counter()`` once the copy was written, before its load."""
 
+
+@contextlib.contextmanager
+def adapted_copy(
+    spec: FineTuneSpec, device: torch.device, *, whole: bool = False, usable_bytes: float | None = None
+) -> Iterator[AdaptedCopy]:
+    """``spec``'s base as one decoder layer of random weights (the base itself if ``whole``), loaded and adapted as the job
+    does, and its micro-batch planned as the job will plan it on this GPU, from :class:`JobForecast` (``usable_bytes``: the
+    job's usable memory, the GPU's unless given, which on CPU it must be for a plan; ``whole`` plans from the GPU's free
+    memory, as the job does). The copy's files are removed when the block ends."""
     from ray_jobs.cache.models import fetch_model
-    from ray_jobs.data.packing import rows_of_job_shape
     from ray_jobs.train.memory import MicroBatches, fit_plan
-    from ray_jobs.train.model import (
-        adapt,
-        autocast,
-        checkpoint_activations,
-        compile_layers,
-        keep_compiled_kernels,
-        load_base_from,
-        set_numerics,
-        torch_dtype,
-    )
+    from ray_jobs.train.model import adapt, load_base_from, torch_dtype
     from ray_jobs.train.strategy import Single
 
-    keep_compiled_kernels()
-    set_numerics()  # the job's: torch keys the kernels by them
     with tempfile.TemporaryDirectory(prefix="rayft-ahead-") as scratch:
         started = time.perf_counter()
-        forecast = None
+        forecast, job_layers = None, None
         if not whole:
             local = fetch_model(spec.model.path, spec.model.revision, count_hit=False).path
             job_layers = json.loads((Path(local) / "config.json").read_text()).get("num_hidden_layers")
@@ -122,45 +126,86 @@ def first_steps(
             )
         copied = time.perf_counter()
         base = load_base_from(spec, device, Single()).model
-        if not whole and isinstance(job_layers, int) and (device.type == "cuda" or usable_bytes is not None):
+        if isinstance(job_layers, int) and (device.type == "cuda" or usable_bytes is not None):
             forecast = JobForecast.on(base, job_layers, device, usable_bytes)
         adapted = adapt(base, spec, device, world=1, forecast=forecast)
-        model, chosen = adapted.model, fit_plan(spec, adapted.shape, adapted.trainable, device, 1, forecast)
+        chosen = fit_plan(spec, adapted.shape, adapted.trainable, device, 1, forecast)
         foreseen = round(forecast(adapted.shape, adapted.trainable)[2] / 2**30, 2) if forecast else None
-        if spec.train.gradient_checkpointing or chosen.gradient_checkpointing:
+        micro = MicroBatches(spec.train.micro_batch_size, world=1)
+        micro.follow(chosen)  # the job's pieces, as its loop runs them
+        yield AdaptedCopy(spec, base, adapted.model, chosen, micro.running, foreseen, round(copied - started, 3), copied)
+
+
+def first_steps(
+    spec: FineTuneSpec, device: torch.device, *, whole: bool = False, steps: int = 1, usable_bytes: float | None = None
+) -> AheadReport:
+    """Load ``spec``'s base (its one-layer copy unless ``whole``) as the job does, adapt it, plan its micro-batch
+    (:func:`adapted_copy`), and run ``steps`` forward and backward passes of the planned rows under the job's autocast."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from ray_jobs.data.packing import rows_of_job_shape
+    from ray_jobs.train.model import autocast, checkpoint_activations, compile_layers, keep_compiled_kernels, set_numerics
+
+    keep_compiled_kernels()
+    set_numerics()  # the job's: torch keys the kernels by them
+    with adapted_copy(spec, device, whole=whole, usable_bytes=usable_bytes) as copy:
+        model = copy.model
+        if copy.spec.train.gradient_checkpointing or copy.chosen.gradient_checkpointing:
             checkpoint_activations(model)
-        if spec.model.compile:
+        if copy.spec.model.compile:
             compile_layers(model)
         model.train()
         loaded = time.perf_counter()
-        attention = base.config._attn_implementation
-        micro = MicroBatches(spec.train.micro_batch_size, world=1)
-        micro.follow(chosen)  # the job's pieces, as its loop runs them
-        rows = micro.running
-        batch = rows_of_job_shape(spec, base.config.vocab_size, attention, device, rows)
+        attention = copy.base.config._attn_implementation
+        batch = rows_of_job_shape(copy.spec, copy.base.config.vocab_size, attention, device, copy.rows)
         timings = []
         for _ in range(steps):
             began = time.perf_counter()
-            with autocast(spec, device):
+            with autocast(copy.spec, device):
                 out = model(**batch, num_items_in_batch=torch.tensor(batch["labels"].numel(), device=device), use_cache=False)
             out.loss.backward()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             timings.append(round(time.perf_counter() - began, 3))
-        layers = base.config.num_hidden_layers
+        layers = copy.base.config.num_hidden_layers
     inductor = counters["inductor"]
     return AheadReport(
         layers=layers,
-        copy_s=round(copied - started, 3),
-        load_s=round(loaded - copied, 3),
+        copy_s=copy.copy_s,
+        load_s=round(loaded - copy.copied_at, 3),
         step_s=tuple(timings),
         cache_hits=int(inductor["fxgraph_cache_hit"]),
         cache_misses=int(inductor["fxgraph_cache_miss"]),
         attention=attention,
-        micro_batch=rows,
-        plan=chosen.reason,
-        forecast_free_gib=foreseen,
+        micro_batch=copy.rows,
+        plan=copy.chosen.reason,
+        forecast_free_gib=copy.forecast_free_gib,
     )
+
+
+def job_rows(spec: FineTuneSpec, device: torch.device, usable_bytes: float | None = None) -> tuple[int, str]:
+    """The rows a piece ``spec``'s job will run on this GPU, and why (empty: the spec's micro-batch), planned on its
+    one-layer copy: for a warm worker (:func:`ray_jobs.train.model.hold_base`) to compile the job's attention at the
+    shapes the job will run. A worker that compiled them at the spec's 8 rows where an H100 80 GB job then ran pieces
+    of 4 took 16.7 s for the job's first step, against 5.7 s on Ray Train (``bench/RESULTS.md``, 2026-12-06): dynamo,
+    seeing a second batch size, compiled the attention again for sizes of any value, which no cache held.
+
+    The copy is adapted without the job's kernels: Liger patches transformers' modules for the whole process, and a
+    warm worker's process keeps nothing of a job's for the next (:mod:`ray_jobs.warm.pool`). The plan does not depend on
+    them. Its memory is freed before this returns. ``usable_bytes``: as :func:`adapted_copy`'s."""
+    import gc
+
+    import torch
+
+    plain = spec.replace(model=dataclasses.replace(spec.model, kernels="none", compile=False))
+    try:
+        with adapted_copy(plain, device, usable_bytes=usable_bytes) as copy:
+            return copy.rows, copy.chosen.reason
+    finally:
+        gc.collect()  # PEFT's model holds cycles; its GPU memory goes back to the allocator only once collected
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 CONTEXT_BYTES = 0.6 * 2**30

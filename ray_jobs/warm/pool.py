@@ -63,7 +63,7 @@ class WarmWorker:
 
     def __init__(self, base: FineTuneSpec | None = None, early: bool = False) -> None:
         """``base``: the spec of the job before, whose base (if on this node's disk) is loaded now and kept for a
-        job with the same, flex attention's kernels compiled on it (``ray_jobs.train.model.hold_base``). ``early``: the
+        job with the same, flex attention's kernels compiled on it (``ray_jobs.train.held.hold_base``). ``early``: the
         worker is its job's own (``ray_jobs.warm.early``) and ``base`` that job's: its first step compiles."""
         start = time.time()
         for name in WARM_IMPORTS:
@@ -76,7 +76,7 @@ class WarmWorker:
         device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         torch.zeros(1, device=device)  # the CUDA context
         if base is not None:
-            from ray_jobs.train.model import hold_base
+            from ray_jobs.train.held import hold_base
 
             try:
                 hold_base(base, device, compile=not early)

@@ -142,6 +142,42 @@ def test_a_warm_worker_compiles_fp8_s_row_scaling_ahead_and_the_job_s_own_shapes
     assert counters["stats"]["unique_graphs"] == warmed, "the job's shapes recompiled what the warm-up compiled"
 
 
+def test_attention_a_warm_worker_compiled_for_the_job_s_rows_is_what_the_job_s_first_micro_batch_runs(tiny_spec):
+    """``held.compile_attention`` at the rows the job's plan runs (``one_layer.job_rows``): the job's LoRA model, Liger's
+    kernels on it, then runs micro-batches of those rows and compiles nothing more. Rows of another count compile again
+    (dynamo's second size, for any size): what a worker that compiled the spec's 8 rows cost an H100's job of 4."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from ray_jobs.data.packing import rows_of_job_shape
+    from ray_jobs.train import held, kernels
+    from ray_jobs.train.model import apply_lora, autocast, load_base
+    from ray_jobs.train.strategy import Single
+
+    device = torch.device("cuda", 0)
+    spec = qlora_gpu(tiny_spec)
+    spec = spec.replace(model=dataclasses.replace(spec.model, attn_implementation="flex_attention"))
+    torch._dynamo.reset()  # whatever an earlier test compiled
+    base = load_base(spec, device, Single())
+    held.compile_attention(spec, base, device, rows=2)
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled > 0, "the attention compiled ahead"
+    kernels.apply(base, kernels.choose(spec, "cuda", base.config.model_type))
+    model = apply_lora(base, spec)
+
+    def micro_batch(rows: int) -> None:
+        batch = rows_of_job_shape(spec, base.config.vocab_size, "flex_attention", device, rows)
+        with autocast(spec, device):
+            out = model(**batch, num_items_in_batch=torch.tensor(batch["labels"].numel(), device=device))
+        out.loss.backward()
+
+    micro_batch(2)
+    micro_batch(2)
+    assert counters["stats"]["unique_graphs"] == compiled, "the job's rows compiled again"
+    micro_batch(1)
+    assert counters["stats"]["unique_graphs"] > compiled, "another row count compiles (the test's own check)"
+
+
 def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec):
     """What model.attn_implementation: auto picks on a GPU: the same masked attention (no token sees another packed
     example), computed block-sparse."""

@@ -112,3 +112,29 @@ def test_the_copy_compiles_under_the_numerics_the_job_trains_under(tiny_spec, tm
     )
     assert job != untouched, "the job's numerics are not torch's defaults (the test's own check)"
     assert copy == job
+
+
+def test_a_warm_worker_plans_the_job_s_rows_on_a_copy_adapted_without_the_job_s_kernels(tiny_spec, monkeypatch, own_caches):
+    """What a warm worker compiles attention for (ray_jobs.train.held.hold_base): the rows the job will run, planned as
+    the copy ahead plans them, but adapted with no kernels (Liger's patches would outlive the copy in the worker's
+    process) and no compile; the copy's memory goes back before the job comes."""
+    from ray_jobs.train import model as models
+
+    spec = short(tiny_spec)
+    _, whole = loaded(spec)
+    size, seq = spec.train.micro_batch_size, spec.data.max_seq_len
+    budget = 1.5 * activation_bytes(whole.shape, size // 2 * seq, gradient_checkpointing=False)
+    free = (budget + 16 * whole.trainable) / HEADROOM
+    job = plan(size, seq, whole.shape, whole.trainable, free, alone=True)
+    assert job.split == 2, "the test's own arithmetic: the job runs pieces of 2"
+    adapted_with, adapt_as_the_job_does = [], models.adapt
+    monkeypatch.setattr(
+        models,
+        "adapt",
+        lambda base, spec, *a, **kw: adapted_with.append(spec.model) or adapt_as_the_job_does(base, spec, *a, **kw),
+    )
+    spec = spec.replace(model=dataclasses.replace(spec.model, compile=True))
+
+    assert one_layer.job_rows(spec, torch.device("cpu"), usable_bytes=free + held(whole.model)) == (size // 2, job.reason)
+    assert [(m.kernels, m.compile) for m in adapted_with] == [("none", False)]
+    assert one_layer.job_rows(spec, torch.device("cpu")) == (size, ""), "no GPU and no memory given: the spec's micro-batch"
