@@ -145,7 +145,9 @@ def test_a_warm_worker_compiles_fp8_s_row_scaling_ahead_and_the_job_s_own_shapes
 def test_attention_a_warm_worker_compiled_for_the_job_s_rows_is_what_the_job_s_first_micro_batch_runs(tiny_spec):
     """``held.compile_attention`` at the rows the job's plan runs (``one_layer.job_rows``): the job's LoRA model, Liger's
     kernels on it, then runs micro-batches of those rows and compiles nothing more. Rows of another count compile again
-    (dynamo's second size, for any size): what a worker that compiled the spec's 8 rows cost an H100's job of 4."""
+    (dynamo's second size, for any size): what a worker that compiled the spec's 8 rows cost an H100's job of 4. The
+    worker's imports first, as its own: a module the job imports later that registers pytree nodes (Liger's output
+    classes did) fails every compiled function's guards."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -153,7 +155,9 @@ def test_attention_a_warm_worker_compiled_for_the_job_s_rows_is_what_the_job_s_f
     from ray_jobs.train import held, kernels
     from ray_jobs.train.model import apply_lora, autocast, load_base
     from ray_jobs.train.strategy import Single
+    from ray_jobs.warm.pool import import_training_stack
 
+    import_training_stack()
     device = torch.device("cuda", 0)
     spec = qlora_gpu(tiny_spec)
     spec = spec.replace(model=dataclasses.replace(spec.model, attn_implementation="flex_attention"))
