@@ -47,7 +47,7 @@ def main(source: str, target: str) -> None:
         left = [a + b for a, b in zip(left, widths)]
     for y, (total, run) in enumerate(zip(left, runs)):
         ax.text(total + 0.5, y, f"{run['time_to_first_step_s']:.1f} s", va="center")
-    for target_s, name in ((20, "warm target 20 s"), (45, "cold target 45 s")):
+    for target_s, name in ((10, "warm aim 10 s"), (20, "warm target 20 s"), (45, "cold target 45 s")):
         ax.axvline(target_s, color="grey", linestyle="--", linewidth=1)
         ax.text(target_s + 0.3, -0.6, name, color="grey", fontsize=8)
     ax.invert_yaxis()

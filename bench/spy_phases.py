@@ -54,7 +54,9 @@ def main() -> None:
             ours[mine[-1].split("ray_jobs/")[-1] if mine else "(none of ours)"] += 1
             leaves[names[-1].rsplit("/", 1)[-1] if names else "(idle)"] += 1
         marks = " ".join(f"{m} {100 * c // len(window)}%" for m, c in shares.most_common())
-        print(f"{start / args.rate:6.1f}s  {ours.most_common(1)[0][0][:60]:60s}  leaf {leaves.most_common(1)[0][0][:40]:40s}  {marks}")
+        print(
+            f"{start / args.rate:6.1f}s  {ours.most_common(1)[0][0][:60]:60s}  leaf {leaves.most_common(1)[0][0][:40]:40s}  {marks}"
+        )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,18 @@ def held(model) -> int:
     return one_layer.tensor_bytes(model.parameters(), model.buffers())
 
 
+def memory_for_half_the_rows(spec):
+    """``(usable bytes, the job's plan)`` on a GPU made to fit 2 of the spec's 4 rows a piece: about half of its
+    activations, with the job's own weights besides."""
+    _, whole = loaded(spec)
+    size, seq = spec.train.micro_batch_size, spec.data.max_seq_len
+    budget = 1.5 * activation_bytes(whole.shape, size // 2 * seq, gradient_checkpointing=False)
+    free = (budget + 16 * whole.trainable) / HEADROOM
+    job = plan(size, seq, whole.shape, whole.trainable, free, alone=True)
+    assert (job.split, job.gradient_checkpointing) == (2, False), "the test's own arithmetic: the job runs pieces of 2"
+    return free + held(whole.model), job
+
+
 def test_the_copy_s_first_step_loads_and_adapts_as_the_job_does_and_leaves_no_copy_behind(
     tiny, tiny_spec, tmp_path, monkeypatch, own_caches
 ):
@@ -80,14 +92,10 @@ def test_the_copy_steps_the_micro_batch_the_job_s_memory_plan_will_run_on_a_gpu_
     """The memory a GPU of the job's would have is made to fit 2 of the spec's 4 rows a piece (about half of its
     activations): the copy plans as the job will there, and steps pieces of 2."""
     spec = short(tiny_spec)
-    _, whole = loaded(spec)
-    size, seq = spec.train.micro_batch_size, spec.data.max_seq_len
-    budget = 1.5 * activation_bytes(whole.shape, size // 2 * seq, gradient_checkpointing=False)
-    free = (budget + 16 * whole.trainable) / HEADROOM
-    job = plan(size, seq, whole.shape, whole.trainable, free, alone=True)
-    assert (job.split, job.gradient_checkpointing) == (2, False), "the test's own arithmetic: the job runs pieces of 2"
+    usable, job = memory_for_half_the_rows(spec)
+    size = spec.train.micro_batch_size
 
-    report = one_layer.first_steps(spec, torch.device("cpu"), usable_bytes=free + held(whole.model))
+    report = one_layer.first_steps(spec, torch.device("cpu"), usable_bytes=usable)
     assert report.micro_batch == size // 2
     assert report.plan == job.reason and report.plan.startswith(f"micro-batch {size // 2}: ")
 
@@ -121,12 +129,8 @@ def test_a_warm_worker_plans_the_job_s_rows_on_a_copy_adapted_without_the_job_s_
     from ray_jobs.train import model as models
 
     spec = short(tiny_spec)
-    _, whole = loaded(spec)
-    size, seq = spec.train.micro_batch_size, spec.data.max_seq_len
-    budget = 1.5 * activation_bytes(whole.shape, size // 2 * seq, gradient_checkpointing=False)
-    free = (budget + 16 * whole.trainable) / HEADROOM
-    job = plan(size, seq, whole.shape, whole.trainable, free, alone=True)
-    assert job.split == 2, "the test's own arithmetic: the job runs pieces of 2"
+    usable, job = memory_for_half_the_rows(spec)
+    size = spec.train.micro_batch_size
     adapted_with, adapt_as_the_job_does = [], models.adapt
     monkeypatch.setattr(
         models,
@@ -135,6 +139,6 @@ def test_a_warm_worker_plans_the_job_s_rows_on_a_copy_adapted_without_the_job_s_
     )
     spec = spec.replace(model=dataclasses.replace(spec.model, compile=True))
 
-    assert one_layer.job_rows(spec, torch.device("cpu"), usable_bytes=free + held(whole.model)) == (size // 2, job.reason)
+    assert one_layer.job_rows(spec, torch.device("cpu"), usable_bytes=usable) == (size // 2, job.reason)
     assert [(m.kernels, m.compile) for m in adapted_with] == [("none", False)]
     assert one_layer.job_rows(spec, torch.device("cpu")) == (size, ""), "no GPU and no memory given: the spec's micro-batch"
