@@ -50,13 +50,13 @@ def hold_base(spec: FineTuneSpec, device: torch.device, compile: bool = True) ->
         return
     set_numerics()  # before the compiles below, whose kernels the job looks up under its own numerics
     rows = None
-    if compile and attention_for(spec, device.type) == "flex_attention":  # a GPU's, where packed rows train
+    if compile and compiles_attention(spec, device):
         from ray_jobs.train.one_layer import job_rows
 
         # Planned before the base is loaded: the copy's load would drop a held base (take), and the forecast counts
         # only what the copy holds.
         rows, why = job_rows(spec, device)
-        log.info("warm worker: attention compiled for %d rows a piece (%s)", rows, why or "train.micro_batch_size")
+        log.info("warm worker: attention to compile for %d rows a piece (%s)", rows, why or "train.micro_batch_size")
     _held[key] = loaded = load_base_from(spec, device, Single())
     if not compile:
         return
@@ -68,6 +68,11 @@ def hold_base(spec: FineTuneSpec, device: torch.device, compile: bool = True) ->
 
         config = loaded.model.config
         fp8.warm_up(device, (config.hidden_size, config.intermediate_size))
+
+
+def compiles_attention(spec: FineTuneSpec, device: torch.device) -> bool:
+    """Whether a warm worker compiles the job's attention ahead: flex attention's, on a GPU (on CPU it has no backward)."""
+    return device.type == "cuda" and attention_for(spec, device.type) == "flex_attention"
 
 
 def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.device, rows: int | None = None) -> None:

@@ -71,12 +71,13 @@ def test_a_warm_worker_holding_an_fp8_jobs_base_warms_fp8_up_for_the_bases_layer
 
 def test_a_warm_worker_plans_the_job_s_rows_before_it_loads_the_base_and_compiles_attention_for_them(tiny_spec, monkeypatch):
     """The order matters: the copy that plans is loaded through the job's own load, which drops any base held for
-    another; planned after the hold, it dropped the base it was holding. On a GPU the attention is flex's; here the
-    choice is made to say so, and CPU's SDPA runs the decoder."""
+    another; planned after the hold, it dropped the base it was holding. On a GPU with flex attention; here the choice is
+    made to say so, and CPU's SDPA runs the decoder."""
     from ray_jobs.train import one_layer
 
     planned, compiled = [], []
-    monkeypatch.setattr(held, "attention_for", lambda spec, device_type: "flex_attention")
+    assert not held.compiles_attention(tiny_spec, torch.device("cpu")), "on CPU nothing is compiled ahead"
+    monkeypatch.setattr(held, "compiles_attention", lambda spec, device: True)
     monkeypatch.setattr(one_layer, "job_rows", lambda spec, device: planned.append(dict(held._held)) or (2, "a plan"))
     compile_as_it_does = held.compile_attention
     monkeypatch.setattr(held, "compile_attention", lambda *args: compiled.append(args[3]) or compile_as_it_does(*args))
