@@ -199,13 +199,13 @@ def job_rows(spec: FineTuneSpec, device: torch.device, usable_bytes: float | Non
     import torch
 
     plain = spec.replace(model=dataclasses.replace(spec.model, kernels="none", compile=False))
-    try:
-        with adapted_copy(plain, device, usable_bytes=usable_bytes) as copy:
-            return copy.rows, copy.chosen.reason
-    finally:
-        gc.collect()  # PEFT's model holds cycles; its GPU memory goes back to the allocator only once collected
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    with adapted_copy(plain, device, usable_bytes=usable_bytes) as copy:
+        planned = copy.rows, copy.chosen.reason
+    del copy  # the last reference to the copy's model
+    gc.collect()  # PEFT's model holds cycles; its GPU memory goes back to the allocator only once collected
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # and back to the GPU, whose free memory the job's plan reads
+    return planned
 
 
 CONTEXT_BYTES = 0.6 * 2**30

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import weakref
 
 import pytest
 import torch
@@ -131,14 +132,18 @@ def test_a_warm_worker_plans_the_job_s_rows_on_a_copy_adapted_without_the_job_s_
     spec = short(tiny_spec)
     usable, job = memory_for_half_the_rows(spec)
     size = spec.train.micro_batch_size
-    adapted_with, adapt_as_the_job_does = [], models.adapt
-    monkeypatch.setattr(
-        models,
-        "adapt",
-        lambda base, spec, *a, **kw: adapted_with.append(spec.model) or adapt_as_the_job_does(base, spec, *a, **kw),
-    )
+    adapted_with, copies, adapt_as_the_job_does = [], [], models.adapt
+
+    def adapt(base, spec, *args, **kwargs):
+        adapted = adapt_as_the_job_does(base, spec, *args, **kwargs)
+        adapted_with.append(spec.model)
+        copies.append(weakref.ref(adapted.model))
+        return adapted
+
+    monkeypatch.setattr(models, "adapt", adapt)
     spec = spec.replace(model=dataclasses.replace(spec.model, compile=True))
 
     assert one_layer.job_rows(spec, torch.device("cpu"), usable_bytes=usable) == (size // 2, job.reason)
     assert [(m.kernels, m.compile) for m in adapted_with] == [("none", False)]
+    assert copies[0]() is None, "the copy is gone when the rows come back"
     assert one_layer.job_rows(spec, torch.device("cpu")) == (size, ""), "no GPU and no memory given: the spec's micro-batch"
