@@ -182,6 +182,39 @@ def test_attention_a_warm_worker_compiled_for_the_job_s_rows_is_what_the_job_s_f
     assert counters["stats"]["unique_graphs"] > compiled, "another row count compiles (the test's own check)"
 
 
+def test_a_warm_worker_on_a_gpu_holds_the_base_with_attention_compiled_for_the_rows_its_copy_planned(
+    tiny_spec, tmp_path, monkeypatch
+):
+    """``held.hold_base`` as the pool's worker runs it on a GPU: the rows planned on the one-layer copy first (its memory
+    back before the base loads), then the base held, its attention compiled for them; the job takes it."""
+    import gc
+
+    import torch
+
+    from ray_jobs.train import held
+    from ray_jobs.train.model import load_base_from
+    from ray_jobs.train.one_layer import job_rows
+    from ray_jobs.train.strategy import Single
+    from ray_jobs.warm.pool import import_training_stack
+
+    held._held.clear()
+    monkeypatch.setenv("RAYFT_CACHE_DIR", str(tmp_path / "node-cache"))
+    import_training_stack()
+    device = torch.device("cuda", 0)
+    spec = qlora_gpu(tiny_spec)
+    spec = spec.replace(model=dataclasses.replace(spec.model, attn_implementation="flex_attention"))
+    gc.collect()
+    before = torch.cuda.memory_allocated(device)  # what earlier tests left
+    rows, _ = job_rows(spec, device)
+    assert rows == spec.train.micro_batch_size, "a tiny model fits the spec's rows on any GPU"
+    assert torch.cuda.memory_allocated(device) == before, "the copy's memory is back"
+    held.hold_base(spec, device)
+    [kept] = held._held.values()
+    assert kept.compiled_rows == rows
+    taken = load_base_from(spec, device, Single())
+    assert taken.held and taken.model is kept.model and held._held == {}
+
+
 def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec):
     """What model.attn_implementation: auto picks on a GPU: the same masked attention (no token sees another packed
     example), computed block-sparse."""
