@@ -42,7 +42,9 @@ def hold_base(spec: FineTuneSpec, device: torch.device, compile: bool = True) ->
     """Load ``spec``'s base now, on a warm worker before its job (``ray_jobs.warm.pool``): the next job with the same
     base (:func:`held_key`) takes it in :func:`ray_jobs.train.model.load_base_from` instead of reading and quantizing it again.
     ``compile=False`` for the job's own early worker (``ray_jobs.warm.early``), which runs only where the node has
-    the job's kernels: there these compiles cost 7.6-9.6 s more on the H200 than they saved the first step."""
+    the job's kernels: there these compiles cost 7.6-9.6 s more on the H200 than they saved the first step. (That was
+    measured before a warm worker imported Liger's ``monkey_patch`` ahead, whose later import made the job compile
+    again anyway: :data:`ray_jobs.warm.pool.WARM_IMPORTS`. Not measured since.)"""
     from ray_jobs.train.strategy import Single
 
     key = held_key(spec, device)

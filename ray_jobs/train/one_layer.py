@@ -186,7 +186,7 @@ def first_steps(
 
 def job_rows(spec: FineTuneSpec, device: torch.device, usable_bytes: float | None = None) -> tuple[int, str]:
     """The rows a piece ``spec``'s job will run on this GPU, and why (empty: the spec's micro-batch), planned on its
-    one-layer copy: for a warm worker (:func:`ray_jobs.train.model.hold_base`) to compile the job's attention at the
+    one-layer copy: for a warm worker (:func:`ray_jobs.train.held.hold_base`) to compile the job's attention at the
     shapes the job will run. A worker that compiled them at the spec's 8 rows where an H100 80 GB job then ran pieces
     of 4 took 16.7 s for the job's first step, against 5.7 s on Ray Train (``bench/RESULTS.md``, 2026-12-06): dynamo,
     seeing a second batch size, compiled the attention again for sizes of any value, which no cache held.
