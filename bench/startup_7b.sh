@@ -33,6 +33,9 @@
 #                     (four new nodes: the first compiles and keeps its kernels, the next take them; about 8 minutes)
 #   kept ahead:       the same with KEEP=1 NODE="1 1": the operator keeps the preset's kernels first (compile_ahead --keep),
 #                     so even the cluster's first job takes them (about 5 minutes)
+#   a warm worker's first step, profiled: WARM="0 1 1 1" SPY="0 0 0 1" STEPS=4 (about 6 minutes on an H100)
+# The device tool brings back 8 files of $OUT, and a run writes 3: pack them, as
+#   R=$OUT; export OUT=/tmp/bo; mkdir -p $OUT; WARM="0 1 1" bash bench/startup_7b.sh; tar -czf $R/out.tgz -C $OUT .
 set -euo pipefail
 source .gpu/env.sh
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled RAY_TRAIN_V2_ENABLED=1 RAY_worker_niceness=0
