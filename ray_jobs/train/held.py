@@ -60,12 +60,10 @@ def hold_base(spec: FineTuneSpec, device: torch.device, compile: bool = True) ->
         rows, why = job_rows(spec, device)
         log.info("warm worker: attention to compile for %d rows a piece (%s)", rows, why or "train.micro_batch_size")
     _held[key] = loaded = load_base_from(spec, device, Single())
-    if not compile:
-        return
     if rows is not None:
         compile_attention(spec, loaded.model, device, rows)
         _held[key] = dataclasses.replace(loaded, compiled_rows=rows)
-    if spec.quantization.fp8:  # its row scaling's compile and cuBLASLt's first FP8 call, out of the job's first step
+    if compile and spec.quantization.fp8:  # its row scaling's compile and cuBLASLt's first FP8 call, out of the first step
         from ray_jobs.train import fp8
 
         config = loaded.model.config
