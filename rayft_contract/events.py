@@ -11,6 +11,8 @@ import dataclasses
 import time
 from typing import Any, Literal
 
+from rayft_contract.records import Failure
+
 EventKind = Literal["state", "phase", "progress", "timing", "failure", "diagnosis", "summary"]
 EVENT_KINDS: tuple[EventKind, ...] = ("state", "phase", "progress", "timing", "failure", "diagnosis", "summary")
 REPORTABLE: tuple[EventKind, ...] = ("phase", "progress", "failure", "diagnosis", "summary")
@@ -28,6 +30,12 @@ class Event:
     the workers' closing report) stays inside the driver."""
     data: dict[str, Any]
     time: float = dataclasses.field(default_factory=time.time)
+
+    @property
+    def is_last(self) -> bool:
+        """The job reports nothing after it: its ``summary``, or the ``failure`` under ``job`` that ended it
+        (``ray_jobs.submitted``); its driver ends next."""
+        return self.kind == "summary" or (self.kind == "failure" and Failure.from_dict(self.data).job_error is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "time": self.time, **self.data}

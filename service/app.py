@@ -137,7 +137,7 @@ async def start(settings: ServiceSettings, sync_store: JobStore, policy: PathPol
         cluster_gpus=settings.cluster_gpus,
         metrics=metrics,
     )
-    reporting = JobReportingServicer(store, events, launch_key, metrics)
+    reporting = JobReportingServicer(store, events, launch_key, metrics, on_last_event=reconciler.ending)
     pb_grpc.add_FineTuningServicer_to_server(
         FineTuningServicer(store, events, reconciler, settings, policy, metrics, watch_address), server
     )

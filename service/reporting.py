@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -27,8 +28,17 @@ log = logging.getLogger(__name__)
 class JobReportingServicer(pb_grpc.JobReportingServicer):
     """The narrow path from a running job back into its event log, authenticated per job."""
 
-    def __init__(self, store: AsyncJobStore, events: JobEvents, launch_key: bytes, metrics: ServiceMetrics):
+    def __init__(
+        self,
+        store: AsyncJobStore,
+        events: JobEvents,
+        launch_key: bytes,
+        metrics: ServiceMetrics,
+        on_last_event: Callable[[str], None] = lambda job_id: None,
+    ):
         self.store, self.events, self.launch_key, self.metrics = store, events, launch_key, metrics
+        self.on_last_event = on_last_event
+        """Told a job's id when the job reports its last event (the reconciler's ``ending``: its driver ends soon)."""
 
     async def ClaimJob(self, request: pb.ClaimJobRequest, context: grpc.aio.ServicerContext) -> pb.ClaimJobResponse:
         job = await self.store.get(request.job_id) if request.job_id else None
@@ -65,4 +75,6 @@ class JobReportingServicer(pb_grpc.JobReportingServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         if stored is not None:
             self.metrics.report_lag.observe(max(time.time() - event.time, 0.0))
+            if event.is_last:
+                self.on_last_event(job.id)
         return pb.ReportResponse(stored=stored is not None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 
@@ -106,3 +107,40 @@ def test_the_sweep_reads_a_page_at_a_time_and_with_ray_down_never_rereads_every_
     sync.close()
     assert sorted(launcher.asked) == sorted(cancelled), "every cancelled job looked for once, a page at a time"
     assert max(sync.read) <= 8
+
+
+def test_a_job_that_reported_its_last_event_is_followed_to_its_end_between_passes(ray_cluster, tmp_path):
+    """A job's team heard it ended only at the pass after its driver ended, up to a whole interval later. Told the
+    job reported its last event, the reconciler asks Ray about that job alone until it ends, and then runs a pass
+    for what waits. Here the passes are an hour apart and none runs: only that follow can end the job."""
+    from ray.job_submission import JobSubmissionClient
+
+    sync = SqliteJobStore(tmp_path / "jobs.db")
+    now = time.time()
+    job, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, {"name": "ending"}, now, now))
+    JobSubmissionClient(ray_cluster.jobs_api).submit_job(
+        entrypoint=f"{sys.executable} -c 'import time; time.sleep(1)'", submission_id=job.id
+    )
+    sync.update(job.id, ray_submission_id=job.id)
+    sync.transition(job.id, JobState.STARTING, "submitted")
+    sync.transition(job.id, JobState.RUNNING, "the job is reporting")
+    launcher = CountingLauncher(ray_cluster.jobs_api, "python")
+    reconciler = Reconciler(JobEvents(AsyncJobStore(sync)), launcher, "127.0.0.1:1", 3600.0, launch_key=b"k" * 32)
+
+    async def follow():
+        reconciler.ending(job.id)
+        reconciler.ending(job.id)  # told twice (a retried report): followed once
+
+        async def ended():
+            while sync.get(job.id).state is JobState.RUNNING:
+                await asyncio.sleep(0.1)
+
+        await asyncio.wait_for(ended(), timeout=120)
+        return reconciler._wake.is_set()
+
+    woken = asyncio.run(follow())
+    ended = sync.get(job.id)
+    sync.close()
+    assert ended.state is JobState.SUCCEEDED, ended
+    assert woken, "a pass is asked for: what the job held may launch a queued job"
+    assert set(launcher.asked) == {job.id}, "asked about that job alone"
