@@ -49,6 +49,9 @@ class Run:
     """The first time each state (``state:RUNNING``) and phase (``phase:connect``) event came."""
     first_step_s: float | None = None
     """The first report of a step (``train.log_every: 1`` makes it step 1's)."""
+    first_step_stored_s: float | None = None
+    """When the service stored that report (the event's ``time``): the rest, to ``first_step_s``, is the way from
+    the service's store to the team's stream."""
     end_s: float | None = None
     state: str = ""
     summary: dict | None = None
@@ -78,7 +81,7 @@ def follow(client: Client, spec: FineTuneSpec) -> Run:
         elif event.kind == "phase":
             run.marks.setdefault(f"phase:{JobPhase.from_dict(event.data).phase}", at)
         elif event.kind == "progress" and run.first_step_s is None and Progress.from_dict(event.data).step >= 1:
-            run.first_step_s = at
+            run.first_step_s, run.first_step_stored_s = at, message.time - began
         elif event.kind == "summary":
             run.summary = JobSummary.from_dict(event.data).to_dict()
             run.marks.setdefault("summary", at)
@@ -106,6 +109,7 @@ def table(runs: list[Run]) -> str:
     row("job stored (CreateJob returned)", [r.created_s for r in runs])
     for mark in ("state:STARTING", "phase:connect", "state:RUNNING", "phase:training"):
         row(mark, [r.marks.get(mark) for r in runs])
+    row("first step stored by the service", [r.first_step_stored_s for r in runs])
     row("first step reported", [r.first_step_s for r in runs])
     row("summary (the adapter written)", [r.marks.get("summary") for r in runs])
     row("ended (SUCCEEDED: Ray's status of the driver)", [r.end_s for r in runs])
