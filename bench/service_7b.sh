@@ -64,7 +64,8 @@ done
 # Ray's own times of each job (the driver's start and end; SUCCEEDED follows the end by up to the service's poll) and
 # the last lines of each driver's log: what the time from the summary to SUCCEEDED is spent on.
 "$PY" - "$OUT" <<'PY' | tee -a "$OUT/service.log"
-import json, sys
+import json, re, sys
+from datetime import datetime
 from ray.job_submission import JobSubmissionClient
 client = JobSubmissionClient("http://127.0.0.1:8265")
 runs = json.load(open(f"{sys.argv[1]}/service_runs.json"))
@@ -72,7 +73,10 @@ for run in runs:
     info = client.get_job_info(run["job_id"])
     at = run["submitted_at"]
     began, ended = (info.start_time or 0) / 1000 - at, (info.end_time or 0) / 1000 - at
-    print(f"{run['name']}: Ray's driver {began:.1f} s to {ended:.1f} s after CreateJob, {info.status}; the job's log ends:")
-    for line in client.get_job_logs(run["job_id"]).splitlines()[-4:]:
-        print(f"    {line[:160]}")
+    print(f"{run['name']}: Ray's job {began:.1f} s to {ended:.1f} s after CreateJob, {info.status}; the driver's log:")
+    lines = client.get_job_logs(run["job_id"]).splitlines()
+    for line in [*[line for line in lines if "claimed" in line], "...", *lines[-2:]]:
+        stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)", line)
+        at_s = f"{datetime.strptime(stamp[1], '%Y-%m-%d %H:%M:%S,%f').timestamp() - at:6.1f} s " if stamp else " " * 9
+        print(f"  {at_s}{line[:150]}")
 PY

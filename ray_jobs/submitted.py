@@ -27,6 +27,7 @@ def main() -> int:
     except ClaimRefused as exc:  # nowhere to report to: Ray's record of the job carries the reason
         logging.error("%s", exc)
         return 1
+    logging.info("job %s of team %s: its spec claimed from the service", job_id, claimed.team)  # when the job began
     reporter = Reporter(address, job_id, claimed.token, tls)
     try:
         from ray_jobs.run import run
