@@ -57,7 +57,8 @@ for _ in $(seq 90); do  # until the service answers a team's call (this one: not
   "$PY" -c 'from rayft.client import Client; next(iter(Client().list()), None)' 2>/dev/null && break; sleep 1
 done
 
-"$PY" -u bench/service_submit.py "$PRESET" --runs "$RUNS" --warm-wait 300 --out "$OUT/service_runs.json" \
+wait_s=300; [ "${WARM:-1}" = 0 ] && wait_s=0  # no pool to wait for
+"$PY" -u bench/service_submit.py "$PRESET" --runs "$RUNS" --warm-wait $wait_s --out "$OUT/service_runs.json" \
   --set model.path=$model --set data.path=$data --set train.max_steps="$STEPS" \
   --set train.log_every=1 --set train.eval_every=null --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 \
   "${sets[@]}" 2>&1 | tee -a "$OUT/service.log" || { echo "FAILED: the serve log's tail:"; tail -40 "$OUT/serve.log"; }

@@ -122,9 +122,10 @@ def table(runs: list[Run]) -> str:
     row("  time to first step (the job's count)", [s.get("time_to_first_step_s") for s in summaries])
     row("  wall time (the job's count)", [s.get("wall_time_s") for s in summaries])
     lines.append(f"{'state':44s}" + "".join(f"{r.state:>{width}s}" for r in runs))
-    lines.append(
-        f"{'worker':44s}" + "".join(f"{(s.get('worker') or '-').split(':')[0][: width - 1]:>{width}s}" for s in summaries)
-    )
+    for field in ("worker", "quantized_base"):
+        words = [(s.get(field) or "-").split(":")[0].split("(")[0].strip()[: width - 1] for s in summaries]
+        lines.append(f"{field.replace('_', ' '):44s}" + "".join(f"{w:>{width}s}" for w in words))
+    lines.append(f"{'final loss':44s}" + "".join(f"{s.get('final_loss') or 0:{width}.4f}" for s in summaries))
     return "\n".join(lines)
 
 
