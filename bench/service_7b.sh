@@ -11,6 +11,8 @@
 #   WITH_SERVICE=1 ../shared/device/make-bundle.sh      (once here; writes .gpu/)
 #   carry: [".gpu"]   command: bash bench/service_7b.sh   (about 6 minutes on an H100)
 # WARM=0 keeps no pool (every run on Ray Train); RUNS (3), STEPS (12); extra `--set` overrides follow as arguments.
+# EACH="quantization.cache=true,false" sets one field per run in turn (run 1 true, run 2 false, run 3 true...): an A/B
+# on one host, interleaved.
 # TINY=1 checks the script here, on CPU: the tiny model and data (ray_jobs/tiny.py), the tiny preset on one worker.
 set -euo pipefail
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
@@ -61,7 +63,7 @@ wait_s=300; [ "${WARM:-1}" = 0 ] && wait_s=0  # no pool to wait for
 "$PY" -u bench/service_submit.py "$PRESET" --runs "$RUNS" --warm-wait $wait_s --out "$OUT/service_runs.json" \
   --set model.path=$model --set data.path=$data --set train.max_steps="$STEPS" \
   --set train.log_every=1 --set train.eval_every=null --set train.checkpoint_every="$STEPS" --set data.val_fraction=0 \
-  "${sets[@]}" 2>&1 | tee -a "$OUT/service.log" || { echo "FAILED: the serve log's tail:"; tail -40 "$OUT/serve.log"; }
+  "${sets[@]}" ${EACH:+--each "$EACH"} 2>&1 | tee -a "$OUT/service.log" || { echo "FAILED: the serve log's tail:"; tail -40 "$OUT/serve.log"; }
 # Ray's own times of each job (the driver's start and end; SUCCEEDED follows the end by up to the service's poll) and
 # the last lines of each driver's log: what the time from the summary to SUCCEEDED is spent on.
 "$PY" - "$OUT" <<'PY' | tee -a "$OUT/service.log"

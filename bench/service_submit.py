@@ -54,6 +54,10 @@ class Run:
     the service's store to the team's stream."""
     end_s: float | None = None
     state: str = ""
+    setup: dict | None = None
+    """The worker's own set-up times (``SetupTimes``, from its first report in the run's ``metrics.jsonl``, which
+    this bench reads where the job wrote it: the wire does not carry them): its process's start, its imports' end,
+    its base's load."""
     summary: dict | None = None
     """The job's summary event (``JobSummary``): its phase table, its own time to the first step."""
 
@@ -87,6 +91,10 @@ def follow(client: Client, spec: FineTuneSpec) -> Run:
             run.marks.setdefault("summary", at)
         if run.state in TERMINAL and run.summary is not None:
             break
+    metrics = Path(job.spec.output.dir) / spec.name / "metrics.jsonl"
+    if metrics.is_file():
+        reports = (Progress.from_dict(e) for e in map(json.loads, metrics.read_text().splitlines()) if e["kind"] == "progress")
+        run.setup = next((r.setup.to_dict() for r in reports if r.setup is not None), None)
     return run
 
 
@@ -109,6 +117,14 @@ def table(runs: list[Run]) -> str:
     row("job stored (CreateJob returned)", [r.created_s for r in runs])
     for mark in ("state:STARTING", "phase:connect", "state:RUNNING", "phase:training"):
         row(mark, [r.marks.get(mark) for r in runs])
+    setups = [r.setup or {} for r in runs]
+    for label, field in (("worker process started", "process_start_ts"), ("worker's imports done", "worker_start_ts")):
+        row(label, [s[field] - r.submitted_at if s.get(field) else None for s, r in zip(setups, runs, strict=True)])
+    row("  of which its base's load (s)", [s.get("model_load_s") for s in setups])
+    row(
+        "worker's loop began",
+        [s["loop_start_ts"] - r.submitted_at if s.get("loop_start_ts") else None for s, r in zip(setups, runs, strict=True)],
+    )
     row("first step stored by the service", [r.first_step_stored_s for r in runs])
     row("first step reported", [r.first_step_s for r in runs])
     row("summary (the adapter written)", [r.marks.get("summary") for r in runs])
@@ -134,6 +150,12 @@ def main() -> None:
     parser.add_argument("spec")
     parser.add_argument("--set", action="append", default=[], help="spec overrides, as `rayft submit --set`")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument(
+        "--each",
+        action="append",
+        default=[],
+        help="KEY=A,B,...: run i sets KEY to the i-th value (cycled), e.g. quantization.cache=true,false: one host, interleaved",
+    )
     parser.add_argument("--warm-wait", type=float, default=0.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -141,7 +163,13 @@ def main() -> None:
     client = Client()
     runs = []
     for number in range(1, args.runs + 1):
-        spec = FineTuneSpec.load(args.spec, [*args.set, f"name=service-{number}"]).with_absolute_paths(output=False)
+        varied = [
+            f"{k}={values.split(',')[(number - 1) % len(values.split(','))]}"
+            for k, values in (e.split("=", 1) for e in args.each)
+        ]
+        spec = FineTuneSpec.load(args.spec, [*args.set, *varied, f"name=service-{number}"]).with_absolute_paths(output=False)
+        if varied:
+            print(f"run {number}: {' '.join(varied)}", flush=True)
         run = follow(client, spec)
         runs.append(run)
         first = f"{run.first_step_s:.1f}" if run.first_step_s is not None else "-"
