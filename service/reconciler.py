@@ -112,6 +112,8 @@ class Reconciler:
                     return
         except (RayUnavailable, StoreError) as exc:  # the passes follow it as they follow every job
             log.info("job %s is left to the passes: %s", job_id, exc)
+        except Exception:  # a bug here must not go unseen; the passes still follow the job
+            log.exception("following job %s to its end failed; it is left to the passes", job_id)
         finally:
             self._ending.pop(job_id, None)
 
