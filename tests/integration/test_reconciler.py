@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from rayft_contract.records import JobPhase
 from rayft_contract.states import JobState
 from service.launcher import RayJobLauncher
 from service.progress import JobEvents
@@ -109,38 +110,69 @@ def test_the_sweep_reads_a_page_at_a_time_and_with_ray_down_never_rereads_every_
     assert max(sync.read) <= 8
 
 
-def test_a_job_that_reported_its_last_event_is_followed_to_its_end_between_passes(ray_cluster, tmp_path):
-    """A job's team heard it ended only at the pass after its driver ended, up to a whole interval later. Told the
-    job reported its last event, the reconciler asks Ray about that job alone until it ends, and then runs a pass
-    for what waits. Here the passes are an hour apart and none runs: only that follow can end the job."""
+class PassCountingLauncher(CountingLauncher):
+    """The real launcher, counting the reconciler's passes too (each begins with a ping)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passes = 0
+
+    def ping(self):
+        self.passes += 1
+        return super().ping()
+
+
+def test_a_job_that_reported_its_last_event_is_followed_to_its_end_and_what_waited_launches_at_once(
+    ray_cluster, tmp_path, tiny_spec
+):
+    """A job's team heard it ended only at the pass after its driver ended, up to a whole interval later, and a job
+    waiting on its team's quota launched no sooner. Told the job reported its last event, the reconciler asks Ray
+    about that job until it ends, then runs a pass at once. Here the passes are an hour apart: after the first,
+    only that follow can end the job, and only the pass it asks for can launch the one waiting."""
     from ray.job_submission import JobSubmissionClient
 
     sync = SqliteJobStore(tmp_path / "jobs.db")
     now = time.time()
-    job, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, {"name": "ending"}, now, now))
-    JobSubmissionClient(ray_cluster.jobs_api).submit_job(
-        entrypoint=f"{sys.executable} -c 'import time; time.sleep(1)'", submission_id=job.id
+    spec = tiny_spec.to_dict()
+    ending, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, spec, now, now))
+    waiting, _ = sync.create(JobRecord(f"ft-{uuid.uuid4().hex[:12]}", "t", JobState.QUEUED, spec, now + 1, now + 1))
+    release = tmp_path / "release"  # the Ray job runs until the test creates it: no race with the first pass
+    driver = f"import os, time; [time.sleep(0.1) for _ in iter(lambda: os.path.exists({str(release)!r}), True)]"
+    JobSubmissionClient(ray_cluster.jobs_api).submit_job(entrypoint=f"{sys.executable} -c {driver!r}", submission_id=ending.id)
+    sync.update(ending.id, ray_submission_id=ending.id)
+    sync.transition(ending.id, JobState.STARTING, "submitted")
+    sync.transition(ending.id, JobState.RUNNING, "the job is reporting")
+    launcher = PassCountingLauncher(ray_cluster.jobs_api, sys.executable)
+    reconciler = Reconciler(
+        JobEvents(AsyncJobStore(sync)), launcher, "127.0.0.1:1", 3600.0, launch_key=b"k" * 32, max_running_per_team=1
     )
-    sync.update(job.id, ray_submission_id=job.id)
-    sync.transition(job.id, JobState.STARTING, "submitted")
-    sync.transition(job.id, JobState.RUNNING, "the job is reporting")
-    launcher = CountingLauncher(ray_cluster.jobs_api, "python")
-    reconciler = Reconciler(JobEvents(AsyncJobStore(sync)), launcher, "127.0.0.1:1", 3600.0, launch_key=b"k" * 32)
 
-    async def follow():
-        reconciler.ending(job.id)
-        reconciler.ending(job.id)  # told twice (a retried report): followed once
+    def waits_because(job_id: str) -> str:
+        reasons = [JobPhase.from_dict(e.data).detail for e in sync.events(job_id) if e.kind == "phase"]
+        return reasons[-1] if reasons else ""
 
-        async def ended():
-            while sync.get(job.id).state is JobState.RUNNING:
-                await asyncio.sleep(0.1)
+    async def until(predicate):
+        while not predicate():
+            await asyncio.sleep(0.1)
 
-        await asyncio.wait_for(ended(), timeout=120)
-        return reconciler._wake.is_set()
+    async def scenario():
+        passes = asyncio.create_task(reconciler.run_forever())
+        try:
+            await asyncio.wait_for(until(lambda: waits_because(waiting.id)), 120)  # the first pass is over
+            assert sync.get(waiting.id).state is JobState.QUEUED and "1 of 1 jobs running" in waits_because(waiting.id)
+            reconciler.ending(ending.id)
+            reconciler.ending(ending.id)  # told twice (a retried report): followed once
+            release.touch()
+            await asyncio.wait_for(until(lambda: sync.get(waiting.id).state is not JobState.QUEUED), 120)
+            assert launcher.passes == 2, "launched by the one pass the follow asked for"
+        finally:
+            await reconciler.shutdown()
+            passes.cancel()
 
-    woken = asyncio.run(follow())
-    ended = sync.get(job.id)
-    sync.close()
-    assert ended.state is JobState.SUCCEEDED, ended
-    assert woken, "a pass is asked for: what the job held may launch a queued job"
-    assert set(launcher.asked) == {job.id}, "asked about that job alone"
+    try:
+        asyncio.run(scenario())
+        assert sync.get(ending.id).state is JobState.SUCCEEDED
+        assert sync.get(waiting.id).state is JobState.STARTING
+    finally:
+        launcher.stop(waiting.id)  # its driver cannot claim from 127.0.0.1:1; it would hold a CPU until stopped
+        sync.close()
