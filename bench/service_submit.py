@@ -32,8 +32,7 @@ from rayft_contract.convert import event_from_proto  # noqa: E402
 from rayft_contract.phases import Phase  # noqa: E402
 from rayft_contract.records import JobPhase, JobSummary, Progress, StateChange  # noqa: E402
 from rayft_contract.spec import FineTuneSpec  # noqa: E402
-
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+from rayft_contract.states import JobState  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -61,11 +60,6 @@ class Run:
     summary: dict | None = None
     """The job's summary event (``JobSummary``): its phase table, its own time to the first step."""
 
-    @property
-    def launch_s(self) -> float | None:
-        """CreateJob to the job driver's first phase: what the service and Ray Jobs add before the job runs."""
-        return self.marks.get("phase:connect")
-
 
 def follow(client: Client, spec: FineTuneSpec) -> Run:
     run = Run(spec.name)
@@ -80,7 +74,7 @@ def follow(client: Client, spec: FineTuneSpec) -> Run:
         if event.kind == "state":
             run.state = StateChange.from_dict(event.data).state
             run.marks.setdefault(f"state:{run.state}", at)
-            if run.state in TERMINAL:
+            if JobState(run.state).is_terminal:
                 run.end_s = at
         elif event.kind == "phase":
             run.marks.setdefault(f"phase:{JobPhase.from_dict(event.data).phase}", at)
@@ -89,7 +83,7 @@ def follow(client: Client, spec: FineTuneSpec) -> Run:
         elif event.kind == "summary":
             run.summary = JobSummary.from_dict(event.data).to_dict()
             run.marks.setdefault("summary", at)
-        if run.state in TERMINAL and run.summary is not None:
+        if run.end_s is not None and run.summary is not None:
             break
     metrics = Path(job.spec.output.dir) / spec.name / "metrics.jsonl"
     if metrics.is_file():
@@ -160,13 +154,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
+    each = [(key, values.split(",")) for key, values in (e.split("=", 1) for e in args.each)]
     client = Client()
     runs = []
     for number in range(1, args.runs + 1):
-        varied = [
-            f"{k}={values.split(',')[(number - 1) % len(values.split(','))]}"
-            for k, values in (e.split("=", 1) for e in args.each)
-        ]
+        varied = [f"{key}={values[(number - 1) % len(values)]}" for key, values in each]
         spec = FineTuneSpec.load(args.spec, [*args.set, *varied, f"name=service-{number}"]).with_absolute_paths(output=False)
         if varied:
             print(f"run {number}: {' '.join(varied)}", flush=True)
