@@ -59,6 +59,9 @@ class Run:
     its base's load."""
     summary: dict | None = None
     """The job's summary event (``JobSummary``): its phase table, its own time to the first step."""
+    step_s: list[float] = dataclasses.field(default_factory=list)
+    """Each report's seconds a step, in order (one step a report with ``train.log_every: 1``), from ``metrics.jsonl``:
+    what a change beside training (a write, a compile) costs the steps it runs beside."""
 
 
 def follow(client: Client, spec: FineTuneSpec) -> Run:
@@ -87,8 +90,10 @@ def follow(client: Client, spec: FineTuneSpec) -> Run:
             break
     metrics = Path(job.spec.output.dir) / spec.name / "metrics.jsonl"
     if metrics.is_file():
-        reports = (Progress.from_dict(e) for e in map(json.loads, metrics.read_text().splitlines()) if e["kind"] == "progress")
+        lines = metrics.read_text().splitlines()
+        reports = [Progress.from_dict(e) for e in map(json.loads, lines) if e["kind"] == "progress"]
         run.setup = next((r.setup.to_dict() for r in reports if r.setup is not None), None)
+        run.step_s = [round(r.step_time_s, 3) for r in reports if r.loss is not None and r.step_time_s is not None]
     return run
 
 
@@ -136,6 +141,8 @@ def table(runs: list[Run]) -> str:
         words = [(s.get(field) or "-").split(":")[0].split("(")[0].strip()[: width - 1] for s in summaries]
         lines.append(f"{field.replace('_', ' '):44s}" + "".join(f"{w:>{width}s}" for w in words))
     lines.append(f"{'final loss':44s}" + "".join(f"{s.get('final_loss') or 0:{width}.4f}" for s in summaries))
+    for r, s in zip(runs, summaries, strict=True):
+        lines.append(f"{r.name}: quantized base: {s.get('quantized_base') or '-'}; seconds a step: {r.step_s}")
     return "\n".join(lines)
 
 

@@ -60,6 +60,7 @@ class Phase(StrEnum):
     OPTIMIZER = "optimizer", "optimizer", Group.COMPUTE, True
     CHECKPOINT = "checkpoint", "checkpoint (the copy to the CPU; written on a thread meanwhile)", Group.CHECKPOINT, True
     CHECKPOINT_WAIT = "checkpoint_wait", "checkpoint: waiting for an earlier write", Group.CHECKPOINT, True
+    BASE_KEEP_WAIT = "base_keep_wait", "last step: waiting for the quantized base's write to the node's cache", Group.FINISH, True
     EVAL = "eval", "evaluation", Group.EVAL, True
     REPORT = "report", "report", Group.FINISH, True
     PROFILER = "profiler", "profiler", Group.FINISH, True

@@ -1,9 +1,9 @@
 """The quantized base kept in the node's model cache (``quantization.cache``): a later job's load is a read.
 
 Loading a 7B base in NF4 reads the bf16 checkpoint (13.5 GB) and quantizes it on the GPU: 14.4 s of a warm start on an
-H200 (``bench/RESULTS.md``). The quantized base is 3.9 GB. The first job on a node saves it with transformers'
-own 4-bit serialization (safetensors, the quantization config in ``config.json``) into a cache entry; later jobs
-with the same base and the same quantization load that, already quantized.
+H200 (``bench/RESULTS.md``). The quantized base is 3.9 GB. The first job on a node keeps it in a cache entry, in
+transformers' own 4-bit serialization (safetensors, the quantization config in ``config.json``), written on a thread
+beside its training (:func:`keep`); later jobs with the same base and the same quantization load that, already quantized.
 
 The entry's key covers what the quantized weights depend on: every file of the base (name, size and modification
 time, so a checkpoint rewritten in place is a new entry), the quantization settings, the storage dtype, and the
@@ -18,9 +18,15 @@ bases not in NF4, and FSDP, whose 4-bit weights are stored in the compute dtype 
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import hashlib
 import json
 import logging
+import threading
+import time
+from concurrent.futures import Future
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,20 +68,89 @@ def lookup(model_dir: str, settings: dict[str, Any], root: str | None = None) ->
     return entries.payload_of(entry, meta).path
 
 
-def store(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root: str | None = None) -> str | None:
-    """Save the just-quantized ``model`` as the entry (before LoRA wraps it); the directory that won, or ``None``
-    where the cache root is not local. Two workers of one node storing at once both succeed; one payload stays."""
+def keep(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root: str | None = None) -> Future[Kept] | None:
+    """Start keeping the just-quantized ``model`` as the entry, before LoRA wraps it; ``None`` where the cache root is
+    not local. What the files hold is taken now: the state dict's tensors, its tied weights dropped and names reverted
+    as transformers' ``save_pretrained`` does, and config.json and generation_config.json written. The weights are
+    then written on a thread beside the job (:func:`_write`). Nothing writes those tensors meanwhile: the base is
+    frozen, and bitsandbytes' CPU path, which rewrites a layer's quantization state in its first forward, gives the
+    layer new tensors (a training step before the write keeps what was loaded:
+    ``tests/unit/ray_jobs/cache/test_quantized.py``). The future gives the directory that won (two workers of one node keeping at
+    once both succeed; one payload stays) as :class:`Kept`, or the reason it was not kept as its exception."""
+    import torch
+    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
     entry = _entry(model_dir, settings, root)
     if entry is None:
         return None
+    state = remove_tied_weights_from_state_dict(model.state_dict(), model)
+    state = revert_weight_conversion(model, state)
+    gpu = next((t.device for t in state.values() if t.is_cuda), None)
     entry.fs.create_dir(entry.path, recursive=True)
     payload = entries.new_payload(entry)
+    config = copy.deepcopy(model.config)
+    config.dtype, config.architectures = str(model.dtype).split(".")[1], [type(model).__name__]
+    config.save_pretrained(payload.path)
+    if model.can_generate():
+        model.generation_config.save_pretrained(payload.path)
+    loaded = None
+    if gpu is not None:  # the load's copies, on this thread's stream, come before the writer's reads
+        (loaded := torch.cuda.Event()).record(torch.cuda.current_stream(gpu))
+    future: Future[Kept] = Future()
+    about = f"quantized base of {model_dir} ({settings})"
+    threading.Thread(
+        target=_write, args=(state, entry, payload, gpu, loaded, about, future), name="rayft-keep-base", daemon=True
+    ).start()
+    return future
+
+
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """A base :func:`keep` wrote: where, how large, and how long the write took beside the job."""
+
+    path: str
+    bytes: int
+    seconds: float
+
+
+SHARD_BYTES = 2 * 2**30
+"""The largest file of a kept base: what the thread holds on the CPU at once (3.9 GB for a 7B base in two files)."""
+
+
+def _write(
+    state: dict[str, Any], entry: Location, payload: Location, gpu: Any, loaded: Any, about: str, future: Future[Kept]
+) -> None:
+    """Write ``state`` into ``payload`` as transformers' 4-bit serialization does (safetensors files, an index where
+    there are several), then commit the entry. Written here, not by ``save_pretrained``: that walks the model's
+    modules while the job's thread wraps them in LoRA. Each file's tensors are copied to the CPU on a stream of their
+    own, beside the job's kernels (the base is frozen: nothing writes these tensors during the job). safetensors
+    releases the GIL while it writes, and ``Tensor.to`` while it copies: the job's thread keeps running (measured on
+    a GPU, ``bench/RESULTS.md``)."""
+    import torch
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    started = time.perf_counter()
     try:
-        model.save_pretrained(payload.path, safe_serialization=True)
-    except OSError as exc:  # a full disk costs the next job its read, not this job its run
-        log.warning("the quantized base was not kept in %s: %s", entry.uri, exc)
+        split = split_torch_state_dict_into_shards(
+            state, filename_pattern="model{suffix}.safetensors", max_shard_size=SHARD_BYTES
+        )
+        side = torch.cuda.Stream(gpu) if gpu is not None else None
+        if side is not None:
+            side.wait_event(loaded)
+        for filename, names in split.filename_to_tensors.items():
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                shard = {name: state.pop(name).to("cpu").contiguous() for name in names}
+            save_file(shard, str(Path(payload.path) / filename), metadata={"format": "pt"})
+            del shard
+        if split.is_sharded:
+            index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+            (Path(payload.path) / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True))
+        size = sum(p.stat().st_size for p in Path(payload.path).rglob("*") if p.is_file())
+        meta = entries.commit(entry, payload, {"description": about, "bytes": size})
+        future.set_result(Kept(entries.payload_of(entry, meta).path, size, round(time.perf_counter() - started, 1)))
+    except Exception as exc:  # a full disk, or a bug: the next job quantizes again, this one runs on (its summary says)
+        log.warning("the quantized base was not kept in %s: %r", entry.uri, exc, exc_info=not isinstance(exc, OSError))
         payload.delete()
-        return None
-    size = sum(p.stat().st_size for p in Path(payload.path).rglob("*") if p.is_file())
-    meta = entries.commit(entry, payload, {"description": f"quantized base of {model_dir} ({settings})", "bytes": size})
-    return entries.payload_of(entry, meta).path
+        future.set_exception(exc)

@@ -32,6 +32,7 @@ from ray_jobs.train.checkpoint import TrainState
 from ray_jobs.train.evaluation import EvalBatches, evaluate
 from ray_jobs.train.memory import MicroBatches, fit_plan, free_step
 from ray_jobs.train.model import (
+    LoadedBase,
     adapt,
     attention_for,
     autocast,
@@ -118,6 +119,8 @@ class _Loop:
     """Set when the last checkpoint's background write is over (``checkpoint.Pending.written``); rank 0."""
     stopped: bool = False
     """Early stopping: no lower eval loss within ``train.early_stopping_patience`` evaluations."""
+    keeping: LoadedBase | None = None
+    """The base whose quantized weights are being kept in the node's cache; its summary line is settled by the last step."""
 
     @classmethod
     def set_up(cls, cfg: LoopConfig, started: float) -> _Loop:
@@ -180,7 +183,7 @@ class _Loop:
             peak_flops=peak_flops(device),
             kernels=kernels.describe(adapted.kernels, spec, compiled, adapted.fp8),
             attention=base.config._attn_implementation,
-            quantized_base=loaded.quantized,
+            quantized_base=loaded.quantized_line(),
             micro_batch=micro.describe(),
             worker=runner.describe() + loaded.held_line(micro.running),
             **strategies.describe(model, strategy),
@@ -189,7 +192,7 @@ class _Loop:
         answers = Answers(spec, strategy, model, device, rank, eval_batches)
         return cls(
             cfg, rank, world, device, state, batches, strategy, model, optimizer, scheduler, params, best, snapshot,
-            eval_batches, micro, facts, answers, setup, StepMeter(device),
+            eval_batches, micro, facts, answers, setup, StepMeter(device), keeping=loaded if loaded.keeping else None,
         )  # fmt: skip
 
     @property
@@ -279,6 +282,10 @@ class _Loop:
         reporting = state.step % train.log_every == 0 or last or found or saving
         if reporting and ckpt is None:
             self._await_write()  # Ray Train keeps reports in order: this one would wait for the write anyway
+        if self.keeping is not None and (self.keeping.keeping.done() or last):  # the summary says whether it was kept
+            with meter.phase("base_keep_wait"):
+                self.facts = dataclasses.replace(self.facts, quantized_base=self.keeping.quantized_line(wait=True))
+            self.keeping = None
         with meter.phase("report"):
             if reporting:
                 progress = Progress(

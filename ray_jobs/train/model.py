@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 from rayft_contract.spec import FineTuneSpec, LoraSpec
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import torch
 
+    from ray_jobs.cache.quantized import Kept
     from ray_jobs.train.kernels import KernelChoice
     from ray_jobs.train.memory import Forecast
     from ray_jobs.train.strategy import Strategy
@@ -133,13 +136,27 @@ def load_base(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> t
 class LoadedBase:
     model: torch.nn.Module
     quantized: str = ""
-    """How a quantized base came to be (the summary's line): ``quantized``; ``read quantized from the node's cache``;
-    ``quantized, then kept in the node's cache`` (``quantization.cache``, :mod:`ray_jobs.cache.quantized`). Empty for
-    a base that is not quantized."""
+    """How a quantized base came to be (the summary's line, :meth:`quantized_line`): ``quantized``; ``read quantized
+    from the node's cache``; ``quantized, then kept in the node's cache`` (``quantization.cache``,
+    :mod:`ray_jobs.cache.quantized`). Empty for a base that is not quantized."""
+    keeping: Future[Kept] | None = None
+    """The quantized base being written into the node's cache beside the job (:func:`ray_jobs.cache.quantized.keep`)."""
     held: bool = False
     """Loaded before the job, by the warm worker that runs it (:func:`ray_jobs.train.held.hold_base`)."""
     compiled_rows: int | None = None
     """The rows a piece for which that worker compiled flex attention's kernels (``held.compile_attention``)."""
+
+    def quantized_line(self, wait: bool = False) -> str:
+        """:attr:`quantized`, once the base is kept or was not (``wait``: for as long as its write takes); while it is
+        still being written, what it is so far."""
+        if self.keeping is None:
+            return self.quantized
+        if not (wait or self.keeping.done()):
+            return "quantized, being kept in the node's cache"
+        if error := self.keeping.exception():
+            return f"quantized; not kept in the node's cache: {error!r}"
+        kept = self.keeping.result()
+        return f"quantized, then kept in the node's cache ({kept.bytes / 1e9:.1f} GB written in {kept.seconds} s beside the job)"
 
     def held_line(self, rows: int) -> str:
         """What the summary's worker line adds for a base loaded before the job that runs ``rows`` rows a piece."""
@@ -184,8 +201,8 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy)
         return LoadedBase(model, "read quantized from the node's cache")
     if quant is None:
         return LoadedBase(model)
-    stored = settings is not None and quantized_cache.store(model, local, settings) is not None
-    return LoadedBase(model, "quantized, then kept in the node's cache" if stored else "quantized")
+    keeping = quantized_cache.keep(model, local, settings) if settings is not None else None
+    return LoadedBase(model, "quantized", keeping=keeping)
 
 
 def cacheable_quantization(spec: FineTuneSpec, quant: Any) -> dict[str, Any] | None:

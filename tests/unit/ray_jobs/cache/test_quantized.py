@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 
 from ray_jobs.cache import entries as cache
 from ray_jobs.cache import quantized as quantized_cache
-from ray_jobs.train.model import load_base_from
+from ray_jobs.train.model import cacheable_quantization, load_base_from, quantization_config
 from ray_jobs.train.strategy import FSDP2, Single
 
 
@@ -39,6 +40,10 @@ def own_model(tiny_spec, tmp_path):
     return tiny_spec.replace(model=dataclasses.replace(tiny_spec.model, path=str(copy)))
 
 
+def quantized_cache_settings(spec):
+    return cacheable_quantization(spec, quantization_config(spec, Single()))
+
+
 def logits(model: torch.nn.Module) -> torch.Tensor:
     ids = torch.randint(3, 100, (2, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -48,9 +53,9 @@ def logits(model: torch.nn.Module) -> torch.Tensor:
 def test_the_second_load_reads_the_quantized_base_the_first_kept_and_it_is_the_same_model(own_model, own_root):
     spec = nf4(own_model)
     first = load_base_from(spec, torch.device("cpu"), Single())
-    assert first.quantized == "quantized, then kept in the node's cache"
     # Before any forward: bitsandbytes' CPU path rewrites a layer's quantization state in its first forward.
     kept = {k: v.clone() for k, v in first.model.state_dict().items()}
+    assert first.quantized_line(wait=True).startswith("quantized, then kept in the node's cache (")
     second = load_base_from(spec, torch.device("cpu"), Single())
     assert second.quantized == "read quantized from the node's cache"
     read = second.model.state_dict()
@@ -63,15 +68,52 @@ def test_the_second_load_reads_the_quantized_base_the_first_kept_and_it_is_the_s
     assert not list(Path(entry.uri).rglob("*.bin")) and not list(Path(entry.uri).rglob("*.pt"))  # safetensors only
 
 
+def test_the_base_is_written_beside_the_job_and_what_is_kept_is_the_base_as_loaded_not_as_trained(
+    own_model, own_root, monkeypatch
+):
+    """The write runs on a thread while the job wraps the base in LoRA and trains: held here until a step is done."""
+    import safetensors.torch
+
+    from ray_jobs.train.model import apply_lora
+
+    release, save_file = threading.Event(), safetensors.torch.save_file
+
+    def held(*args, **kwargs):
+        assert release.wait(60), "the test never released the write"
+        save_file(*args, **kwargs)
+
+    monkeypatch.setattr("safetensors.torch.save_file", held)
+    spec = nf4(own_model)
+    first = load_base_from(spec, torch.device("cpu"), Single())
+    kept = {k: v.clone() for k, v in first.model.state_dict().items()}
+    expected = logits(first.model)
+    assert first.quantized_line() == "quantized, being kept in the node's cache" and not first.keeping.done()
+    assert quantized_cache.lookup(own_model.model.path, quantized_cache_settings(spec)) is None  # nothing half-written is read
+
+    model = apply_lora(first.model, spec)  # the job goes on: its LoRA wraps the base's layers, and it trains a step
+    ids = torch.randint(3, 100, (2, 24), generator=torch.Generator().manual_seed(1))
+    model(input_ids=ids, labels=ids).loss.backward()
+    torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1.0).step()
+    release.set()
+    assert first.quantized_line(wait=True).startswith("quantized, then kept in the node's cache (")
+
+    second = load_base_from(spec, torch.device("cpu"), Single())
+    assert second.quantized == "read quantized from the node's cache"
+    read = second.model.state_dict()
+    assert read.keys() == kept.keys() and all(torch.equal(read[k], v) for k, v in kept.items())
+    assert torch.equal(logits(second.model), expected)
+    assert not any("lora" in name for name in read)
+
+
 def test_other_settings_or_a_base_rewritten_in_place_quantize_again(own_model, own_root):
     spec = nf4(own_model)
     load_base_from(spec, torch.device("cpu"), Single())
     other = load_base_from(nf4(own_model, double_quant=False), torch.device("cpu"), Single())
-    assert other.quantized == "quantized, then kept in the node's cache"
+    assert other.quantized_line(wait=True).startswith("quantized, then kept in the node's cache (")
     weights = next(Path(own_model.model.path).glob("*.safetensors"))
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # a new checkpoint, same size
     again = load_base_from(spec, torch.device("cpu"), Single())
-    assert again.quantized == "quantized, then kept in the node's cache"
+    assert again.quantized_line(wait=True).startswith("quantized, then kept in the node's cache (")
 
 
 def test_nothing_is_kept_with_the_cache_off_under_fsdp_or_with_the_cache_in_s3(own_model, own_root, monkeypatch):
@@ -89,12 +131,12 @@ def test_nothing_is_kept_with_the_cache_off_under_fsdp_or_with_the_cache_in_s3(o
 
 
 def test_a_full_disk_costs_the_next_job_its_read_not_this_job_its_run(own_model, own_root, monkeypatch):
-    def full(self, *args, **kwargs):
+    def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full)
+    monkeypatch.setattr("safetensors.torch.save_file", full)
     loaded = load_base_from(nf4(own_model), torch.device("cpu"), Single())
-    assert loaded.quantized == "quantized"
+    assert loaded.quantized_line(wait=True).startswith("quantized; not kept in the node's cache: OSError(28")
     assert not any(own_root.rglob("entry.json")) and not any(own_root.rglob("data-*"))  # no half entry left
     assert quantized_cache.lookup(own_model.model.path, {"mode": "nf4"}) is None
 
