@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -117,17 +118,26 @@ def test_ddp_two_workers_learn_and_the_adapter_loads(ray_cluster, tiny_spec, tin
     assert printed == answer(tuned.eval(), tokenizer, ids) != answer(base.eval(), tokenizer, ids), printed
 
 
-def test_qlora_nf4_runs_on_the_cpu_backend(ray_cluster, tiny_spec):
+def test_qlora_nf4_runs_on_the_cpu_backend_and_the_next_job_reads_the_base_it_kept_and_trains_the_same(
+    ray_cluster, tiny_spec, tmp_path
+):
+    base = tmp_path / "base"  # a base of this test's own, so that its cache entry is too
+    shutil.copytree(tiny_spec.model.path, base)
     spec = with_train(one_worker(tiny_spec), max_steps=12, eval_every=None, checkpoint_every=12, log_every=4)
     spec = spec.replace(
         name="tiny-qlora",
-        quantization=dataclasses.replace(spec.quantization, mode="nf4"),
-        model=dataclasses.replace(spec.model, dtype="bfloat16"),
+        quantization=dataclasses.replace(spec.quantization, mode="nf4", cache=True),
+        model=dataclasses.replace(spec.model, path=str(base), dtype="bfloat16"),
     )
     summary = run(spec).summary
     assert summary.worker.endswith("its base loaded before the job"), "NF4 loaded by the early worker, beside the data"
     assert summary.quantized_layers > 0  # Linear4bit modules under the LoRA layers
     assert summary.eval_loss < summary.initial_eval_loss - 0.5, summary
+    assert summary.quantized_base.startswith("quantized, then kept in the node's cache ("), summary.quantized_base
+
+    again = run(spec.replace(name="tiny-qlora-again")).summary
+    assert again.quantized_base == "read quantized from the node's cache"
+    assert (again.final_loss, again.eval_loss) == (summary.final_loss, summary.eval_loss)
 
 
 def test_a_step_out_of_memory_halves_the_micro_batch_once_and_the_job_trains_on(ray_cluster, tiny_spec):
