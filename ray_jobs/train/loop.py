@@ -120,7 +120,7 @@ class _Loop:
     stopped: bool = False
     """Early stopping: no lower eval loss within ``train.early_stopping_patience`` evaluations."""
     keeping: LoadedBase | None = None
-    """The base whose quantized weights are being kept in the node's cache; its summary line is settled by the last step."""
+    """A base to keep in the node's cache (``LoadedBase.keeping``): written after the first step, its line by the last."""
 
     @classmethod
     def set_up(cls, cfg: LoopConfig, started: float) -> _Loop:
@@ -282,10 +282,12 @@ class _Loop:
         reporting = state.step % train.log_every == 0 or last or found or saving
         if reporting and ckpt is None:
             self._await_write()  # Ray Train keeps reports in order: this one would wait for the write anyway
-        if self.keeping is not None and (self.keeping.keeping.done() or last):  # the summary says whether it was kept
-            with meter.phase("base_keep_wait"):
-                self.facts = dataclasses.replace(self.facts, quantized_base=self.keeping.quantized_line(wait=True))
-            self.keeping = None
+        if self.keeping is not None:  # its write starts after the first step; the summary says whether it was kept
+            self.keeping.keeping.start()
+            if self.keeping.keeping.done() or last:
+                with meter.phase("base_keep_wait"):
+                    self.facts = dataclasses.replace(self.facts, quantized_base=self.keeping.quantized_line(wait=True))
+                self.keeping = None
         with meter.phase("report"):
             if reporting:
                 progress = Progress(

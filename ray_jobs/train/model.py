@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING, Any
 from rayft_contract.spec import FineTuneSpec, LoraSpec
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     import torch
 
-    from ray_jobs.cache.quantized import Kept
+    from ray_jobs.cache.quantized import Keeping
     from ray_jobs.train.kernels import KernelChoice
     from ray_jobs.train.memory import Forecast
     from ray_jobs.train.strategy import Strategy
@@ -139,8 +137,9 @@ class LoadedBase:
     """How a quantized base came to be (the summary's line, :meth:`quantized_line`): ``quantized``; ``read quantized
     from the node's cache``; ``quantized, then kept in the node's cache`` (``quantization.cache``,
     :mod:`ray_jobs.cache.quantized`). Empty for a base that is not quantized."""
-    keeping: Future[Kept] | None = None
-    """The quantized base being written into the node's cache beside the job (:func:`ray_jobs.cache.quantized.keep`)."""
+    keeping: Keeping | None = None
+    """The quantized base to keep in the node's cache, written beside the job once its loop starts it after the first
+    step (:class:`ray_jobs.cache.quantized.Keeping`)."""
     held: bool = False
     """Loaded before the job, by the warm worker that runs it (:func:`ray_jobs.train.held.hold_base`)."""
     compiled_rows: int | None = None
@@ -153,9 +152,10 @@ class LoadedBase:
             return self.quantized
         if not (wait or self.keeping.done()):
             return "quantized, being kept in the node's cache"
-        if error := self.keeping.exception():
+        try:
+            kept = self.keeping.wait()
+        except Exception as error:  # raised in the writer, logged there; the job runs on, and its summary says why
             return f"quantized; not kept in the node's cache: {error!r}"
-        kept = self.keeping.result()
         return f"quantized, then kept in the node's cache ({kept.bytes / 1e9:.1f} GB written in {kept.seconds} s beside the job)"
 
     def held_line(self, rows: int) -> str:

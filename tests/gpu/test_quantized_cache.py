@@ -31,6 +31,7 @@ def test_a_base_read_from_the_node_s_cache_is_the_one_quantized_on_the_gpu(tiny_
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         expected = first.model(input_ids=ids).logits
     # The job goes on while its base is written from a stream of the writer's own: LoRA, and steps on the GPU.
+    first.keeping.start()
     model = apply_lora(first.model, spec)
     for _ in range(3):
         with torch.autocast("cuda", dtype=torch.bfloat16):

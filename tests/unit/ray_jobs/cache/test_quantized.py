@@ -71,7 +71,8 @@ def test_the_second_load_reads_the_quantized_base_the_first_kept_and_it_is_the_s
 def test_the_base_is_written_beside_the_job_and_what_is_kept_is_the_base_as_loaded_not_as_trained(
     own_model, own_root, monkeypatch
 ):
-    """The write runs on a thread while the job wraps the base in LoRA and trains: held here until a step is done."""
+    """What is kept is taken at the load; the write runs on a thread while the job trains (held here until the job
+    has wrapped the base in LoRA and trained a step)."""
     import safetensors.torch
 
     from ray_jobs.train.model import apply_lora
@@ -88,6 +89,7 @@ def test_the_base_is_written_beside_the_job_and_what_is_kept_is_the_base_as_load
     kept = {k: v.clone() for k, v in first.model.state_dict().items()}
     expected = logits(first.model)
     assert first.quantized_line() == "quantized, being kept in the node's cache" and not first.keeping.done()
+    first.keeping.start()  # as the job's loop does after its first step
     assert quantized_cache.lookup(own_model.model.path, quantized_cache_settings(spec)) is None  # nothing half-written is read
 
     model = apply_lora(first.model, spec)  # the job goes on: its LoRA wraps the base's layers, and it trains a step
