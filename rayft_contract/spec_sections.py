@@ -71,11 +71,11 @@ class QuantizationSpec:
     cache: bool = False
     """Keep the NF4 base, once quantized, in the node's model cache (``$RAYFT_CACHE_DIR/models``), so that a later job
     with the same base and settings reads it instead of quantizing again (``ray_jobs.cache.quantized``; 3.9 GB for a
-    7B base, written by the first job before its first step). Exact: on CPU the same tensors and logits; on an H100
-    the 7B preset's loss the same to the last digit at every run that read it. Its gain there, through the service
-    without warm workers, was 2-5 s of a job's 36-42 s to the first step, and the first job's load took 19.9-23.7 s
-    with the write against 12.4 s without (other hosts): off until the write leaves the first job's path
-    (``bench/RESULTS.md``). Not under FSDP."""
+    7B base, written on a thread from after the first job's first step: 4.5 s on an H100). Exact: on CPU the same
+    tensors and logits; on an H100 the 7B preset's loss the same to the last digit in every run that kept or read it.
+    Its gain there, through the service without warm workers, was 2-5 s of a job's 36-42 s to the first step on some
+    hosts and nothing measurable on another (``bench/RESULTS.md``): off until a GPU shows where a read's time goes.
+    Not under FSDP."""
     fp8: bool = False
     """Run the frozen base's matmuls (its forward, and the gradient through it) in FP8 with one scale per row, on
     GPUs with FP8 tensor cores (Hopper, Ada); the adapter stays bf16 (``ray_jobs.train.fp8``). Trades precision for
