@@ -42,7 +42,8 @@ def main(source: str, target: str) -> None:
             ax.text(at["end"], row, f" {at['end']:.1f} s", va="center", ha="left", fontsize=8)
             summary = run.get("summary") or {}
             worker = (summary.get("worker") or "").split(":")[0]
-            base = "base read" if (summary.get("quantized_base") or "").startswith("read") else ""
+            kept = summary.get("quantized_base") or ""
+            base = "base read" if kept.startswith("read") else "base kept" if "then kept" in kept else ""
             labels.append(", ".join(w for w in (run["name"], worker, base) if w))
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()
