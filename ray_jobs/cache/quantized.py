@@ -3,7 +3,7 @@
 Loading a 7B base in NF4 reads the bf16 checkpoint (13.5 GB) and quantizes it on the GPU: 14.4 s of a warm start on an
 H200 (``bench/RESULTS.md``). The quantized base is 3.9 GB. The first job on a node keeps it in a cache entry, in
 transformers' own 4-bit serialization (safetensors, the quantization config in ``config.json``), written on a thread
-beside its training (:func:`keep`); later jobs with the same base and the same quantization load that, already quantized.
+beside its training from after its first step (:class:`Keeping`); later jobs with the same base and the same quantization load that, already quantized.
 
 The entry's key covers what the quantized weights depend on: every file of the base (name, size and modification
 time, so a checkpoint rewritten in place is a new entry), the quantization settings, the storage dtype, and the
@@ -81,7 +81,7 @@ class Keeping:
 
     def start(self) -> None:
         """Start the write (once; later calls do nothing)."""
-        if not self._thread.is_alive() and self._thread.ident is None:
+        if self._thread.ident is None:  # never started (a thread starts once)
             self._thread.start()
 
     def done(self) -> bool:
