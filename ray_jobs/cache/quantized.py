@@ -79,9 +79,17 @@ class Keeping:
             target=_write, args=(state, entry, payload, gpu, loaded, about, self.future), name="rayft-keep-base", daemon=True
         )
 
+    @classmethod
+    def failed(cls, error: Exception) -> Keeping:
+        """One whose files could not even be begun (a full disk): :meth:`wait` raises ``error``."""
+        keeping = cls.__new__(cls)
+        keeping.future, keeping._thread = Future(), None
+        keeping.future.set_exception(error)
+        return keeping
+
     def start(self) -> None:
         """Start the write (once; later calls do nothing)."""
-        if self._thread.ident is None:  # never started (a thread starts once)
+        if self._thread is not None and self._thread.ident is None:  # never started (a thread starts once)
             self._thread.start()
 
     def done(self) -> bool:
@@ -115,9 +123,14 @@ def keep(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root:
     payload = entries.new_payload(entry)
     config = copy.deepcopy(model.config)
     config.dtype, config.architectures = str(model.dtype).split(".")[1], [type(model).__name__]
-    config.save_pretrained(payload.path)
-    if model.can_generate():
-        model.generation_config.save_pretrained(payload.path)
+    try:
+        config.save_pretrained(payload.path)
+        if model.can_generate():
+            model.generation_config.save_pretrained(payload.path)
+    except OSError as exc:  # a full disk costs the next job its read, not this job its run
+        log.warning("the quantized base was not kept in %s: %r", entry.uri, exc)
+        payload.delete()
+        return Keeping.failed(exc)
     loaded = None
     if gpu is not None:  # the load's copies, on this thread's stream, come before the writer's reads
         (loaded := torch.cuda.Event()).record(torch.cuda.current_stream(gpu))

@@ -132,11 +132,14 @@ def test_nothing_is_kept_with_the_cache_off_under_fsdp_or_with_the_cache_in_s3(o
     assert load_base_from(own_model, torch.device("cpu"), Single()).quantized == ""  # the tiny base is not quantized
 
 
-def test_a_full_disk_costs_the_next_job_its_read_not_this_job_its_run(own_model, own_root, monkeypatch):
+@pytest.mark.parametrize("full_at", ["safetensors.torch.save_file", "transformers.PretrainedConfig.save_pretrained"])
+def test_a_full_disk_costs_the_next_job_its_read_not_this_job_its_run(own_model, own_root, monkeypatch, full_at):
+    """Full when the weights are written (on the thread), or already when the load writes the config."""
+
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("safetensors.torch.save_file", full)
+    monkeypatch.setattr(full_at, full)
     loaded = load_base_from(nf4(own_model), torch.device("cpu"), Single())
     assert loaded.quantized_line(wait=True).startswith("quantized; not kept in the node's cache: OSError(28")
     assert not any(own_root.rglob("entry.json")) and not any(own_root.rglob("data-*"))  # no half entry left
