@@ -3,7 +3,8 @@
 Loading a 7B base in NF4 reads the bf16 checkpoint (13.5 GB) and quantizes it on the GPU: 14.4 s of a warm start on an
 H200 (``bench/RESULTS.md``). The quantized base is 3.9 GB. The first job on a node keeps it in a cache entry, in
 transformers' own 4-bit serialization (safetensors, the quantization config in ``config.json``), written on a thread
-beside its training from after its first step (:class:`Keeping`); later jobs with the same base and the same quantization load that, already quantized.
+beside its training from after its first step (:class:`Keeping`); later jobs with the same base and the same
+quantization load that, already quantized.
 
 The entry's key covers what the quantized weights depend on: every file of the base (name, size and modification
 time, so a checkpoint rewritten in place is a new entry), the quantization settings, the storage dtype, and the
@@ -73,23 +74,14 @@ class Keeping:
     their write on a thread once :meth:`start` is called. The job calls it after its first step: started at the load,
     the write's copies beside the LoRA and FP8 set-up made that set-up 3 s longer on an H100 (``bench/RESULTS.md``)."""
 
-    def __init__(self, state: dict[str, Any], entry: Location, payload: Location, gpu: Any, loaded: Any, about: str) -> None:
+    def __init__(self, *write_args: Any) -> None:
+        """``write_args``: :func:`_write`'s, but its future."""
         self.future: Future[Kept] = Future()
-        self._thread = threading.Thread(
-            target=_write, args=(state, entry, payload, gpu, loaded, about, self.future), name="rayft-keep-base", daemon=True
-        )
-
-    @classmethod
-    def failed(cls, error: Exception) -> Keeping:
-        """One whose files could not even be begun (a full disk): :meth:`wait` raises ``error``."""
-        keeping = cls.__new__(cls)
-        keeping.future, keeping._thread = Future(), None
-        keeping.future.set_exception(error)
-        return keeping
+        self._thread = threading.Thread(target=_write, args=(*write_args, self.future), name="rayft-keep-base", daemon=True)
 
     def start(self) -> None:
         """Start the write (once; later calls do nothing)."""
-        if self._thread is not None and self._thread.ident is None:  # never started (a thread starts once)
+        if self._thread.ident is None:  # never started (a thread starts once)
             self._thread.start()
 
     def done(self) -> bool:
@@ -103,12 +95,13 @@ class Keeping:
 
 def keep(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root: str | None = None) -> Keeping | None:
     """Take what the just-quantized ``model`` will be kept as, before LoRA wraps it; ``None`` where the cache root is
-    not local. Taken now: the state dict's tensors, its tied weights dropped and names reverted as transformers'
-    ``save_pretrained`` does, and config.json and generation_config.json written. The weights are written later, on a
-    thread beside the job (:meth:`Keeping.start`, :func:`_write`). Nothing writes those tensors meanwhile: the base is
-    frozen, and bitsandbytes' CPU path, which rewrites a layer's quantization state in its first forward, gives the
-    layer new tensors (a training step before the write keeps what was loaded: ``tests/unit/ray_jobs/cache/test_quantized.py``).
-    Two workers of one node keeping at once both succeed; one payload stays."""
+    not local. Taken now, in memory: the state dict's tensors, its tied weights dropped and names reverted as
+    transformers' ``save_pretrained`` does, and copies of its config and generation config. Nothing is written until
+    :meth:`Keeping.start` (:func:`_write`, on a thread beside the job). Nothing writes those tensors meanwhile: the base
+    is frozen, and bitsandbytes' CPU path, which rewrites a layer's quantization state in its first forward, gives the
+    layer new tensors (a training step before the write keeps what was loaded:
+    ``tests/unit/ray_jobs/cache/test_quantized.py``). Two workers of one node keeping at once both succeed; one
+    payload stays."""
     import torch
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
@@ -119,22 +112,13 @@ def keep(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root:
     state = remove_tied_weights_from_state_dict(model.state_dict(), model)
     state = revert_weight_conversion(model, state)
     gpu = next((t.device for t in state.values() if t.is_cuda), None)
-    entry.fs.create_dir(entry.path, recursive=True)
-    payload = entries.new_payload(entry)
     config = copy.deepcopy(model.config)
     config.dtype, config.architectures = str(model.dtype).split(".")[1], [type(model).__name__]
-    try:
-        config.save_pretrained(payload.path)
-        if model.can_generate():
-            model.generation_config.save_pretrained(payload.path)
-    except OSError as exc:  # a full disk costs the next job its read, not this job its run
-        log.warning("the quantized base was not kept in %s: %r", entry.uri, exc)
-        payload.delete()
-        return Keeping.failed(exc)
+    generation = copy.deepcopy(model.generation_config) if model.can_generate() else None
     loaded = None
     if gpu is not None:  # the load's copies, on this thread's stream, come before the writer's reads
         (loaded := torch.cuda.Event()).record(torch.cuda.current_stream(gpu))
-    return Keeping(state, entry, payload, gpu, loaded, f"quantized base of {model_dir} ({settings})")
+    return Keeping(state, config, generation, entry, gpu, loaded, f"quantized base of {model_dir} ({settings})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,20 +135,32 @@ SHARD_BYTES = 2 * 2**30
 
 
 def _write(
-    state: dict[str, Any], entry: Location, payload: Location, gpu: Any, loaded: Any, about: str, future: Future[Kept]
+    state: dict[str, Any],
+    config: Any,
+    generation: Any,
+    entry: Location,
+    gpu: Any,
+    loaded: Any,
+    about: str,
+    future: Future[Kept],
 ) -> None:
-    """Write ``state`` into ``payload`` as transformers' 4-bit serialization does (safetensors files, an index where
-    there are several), then commit the entry. Written here, not by ``save_pretrained``: that walks the model's
-    modules while the job's thread wraps them in LoRA. Each file's tensors are copied to the CPU on a stream of their
-    own, beside the job's kernels (the base is frozen: nothing writes these tensors during the job). safetensors
-    releases the GIL while it writes, and ``Tensor.to`` while it copies: the job's thread keeps running (measured on
-    a GPU, ``bench/RESULTS.md``)."""
+    """Write ``state`` and the configs into a new payload of ``entry`` as transformers' 4-bit serialization does
+    (safetensors files, an index where there are several), then commit the entry. Written here, not by
+    ``save_pretrained``: that walks the model's modules while the job's thread wraps them in LoRA. Each file's tensors
+    are copied to the CPU on a stream of their own, beside the job's kernels. safetensors releases the GIL while it
+    writes, and ``Tensor.to`` while it copies: the job's thread keeps running (a Python loop beside a 1.3 GB write on
+    2 cores never waited more than 2 ms, ``bench/RESULTS.md``)."""
     import torch
     from huggingface_hub import split_torch_state_dict_into_shards
     from safetensors.torch import save_file
 
-    started = time.perf_counter()
+    started, payload = time.perf_counter(), None
     try:
+        entry.fs.create_dir(entry.path, recursive=True)
+        payload = entries.new_payload(entry)
+        config.save_pretrained(payload.path)
+        if generation is not None:
+            generation.save_pretrained(payload.path)
         split = split_torch_state_dict_into_shards(
             state, filename_pattern="model{suffix}.safetensors", max_shard_size=SHARD_BYTES
         )
@@ -184,5 +180,6 @@ def _write(
         future.set_result(Kept(entries.payload_of(entry, meta).path, size, round(time.perf_counter() - started, 1)))
     except Exception as exc:  # a full disk, or a bug: the next job quantizes again, this one runs on (its summary says)
         log.warning("the quantized base was not kept in %s: %r", entry.uri, exc, exc_info=not isinstance(exc, OSError))
-        payload.delete()
+        if payload is not None:
+            payload.delete()
         future.set_exception(exc)

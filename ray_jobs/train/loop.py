@@ -119,7 +119,7 @@ class _Loop:
     """Set when the last checkpoint's background write is over (``checkpoint.Pending.written``); rank 0."""
     stopped: bool = False
     """Early stopping: no lower eval loss within ``train.early_stopping_patience`` evaluations."""
-    keeping: LoadedBase | None = None
+    kept_base: LoadedBase | None = None
     """A base to keep in the node's cache (``LoadedBase.keeping``): written after the first step, its line by the last."""
 
     @classmethod
@@ -192,7 +192,7 @@ class _Loop:
         answers = Answers(spec, strategy, model, device, rank, eval_batches)
         return cls(
             cfg, rank, world, device, state, batches, strategy, model, optimizer, scheduler, params, best, snapshot,
-            eval_batches, micro, facts, answers, setup, StepMeter(device), keeping=loaded if loaded.keeping else None,
+            eval_batches, micro, facts, answers, setup, StepMeter(device), kept_base=loaded if loaded.keeping else None,
         )  # fmt: skip
 
     @property
@@ -282,12 +282,12 @@ class _Loop:
         reporting = state.step % train.log_every == 0 or last or found or saving
         if reporting and ckpt is None:
             self._await_write()  # Ray Train keeps reports in order: this one would wait for the write anyway
-        if self.keeping is not None:  # its write starts after the first step; the summary says whether it was kept
-            self.keeping.keeping.start()
-            if self.keeping.keeping.done() or last:
+        if (kept := self.kept_base) is not None:  # its write starts after the first step; the summary says if it was kept
+            kept.keeping.start()
+            if kept.keeping.done() or last:
                 with meter.phase("base_keep_wait"):
-                    self.facts = dataclasses.replace(self.facts, quantized_base=self.keeping.quantized_line(wait=True))
-                self.keeping = None
+                    self.facts = dataclasses.replace(self.facts, quantized_base=kept.quantized_line(wait=True))
+                self.kept_base = None
         with meter.phase("report"):
             if reporting:
                 progress = Progress(
