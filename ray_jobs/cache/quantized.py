@@ -100,8 +100,8 @@ def keep(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root:
     :meth:`Keeping.start` (:func:`_write`, on a thread beside the job). Nothing writes those tensors meanwhile: the base
     is frozen, and bitsandbytes' CPU path, which rewrites a layer's quantization state in its first forward, gives the
     layer new tensors (a training step before the write keeps what was loaded:
-    ``tests/unit/ray_jobs/cache/test_quantized.py``). Two workers of one node keeping at once both succeed; one
-    payload stays."""
+    ``tests/unit/ray_jobs/cache/test_quantized.py``). A job keeps it from its first worker on each node
+    (``load_base_from``'s ``keep``); two jobs of one node keeping at once both succeed, and one payload stays."""
     import torch
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict

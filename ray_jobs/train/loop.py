@@ -147,7 +147,7 @@ class _Loop:
         strategy = strategies.for_spec(spec, world)  # everything DDP/FSDP/single-specific goes through it
         cfg.chaos.cap_gpu_memory(device)
         with _timed(setup, "model_load_s"):
-            base = (loaded := load_base_from(spec, device, strategy)).model
+            base = (loaded := load_base_from(spec, device, strategy, keep=runner.local_rank == 0)).model
         with _timed(setup, "compile_wait_s"):  # before FP8's and the plan's reads of the free memory the copy holds
             if ahead := compile_ahead.wait(cfg.compiled_ahead):
                 log.info("kernels compiled ahead: %s", ahead)

@@ -170,9 +170,11 @@ class LoadedBase:
         return line
 
 
-def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy) -> LoadedBase:
+def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy, keep: bool = True) -> LoadedBase:
     """:func:`load_base`, saying how the quantized base came to be; torch's compile cache in the node's rayft cache
-    (:func:`keep_compiled_kernels`)."""
+    (:func:`keep_compiled_kernels`). ``keep``: this worker may keep a base it quantizes in the node's cache
+    (``quantization.cache``); the job's first worker on each node does, so that a node writes one copy, not one per
+    GPU (3.9 GB for a 7B base)."""
 
     from ray_jobs.cache import quantized as quantized_cache
     from ray_jobs.cache.model_files import load_pretrained
@@ -201,7 +203,7 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy)
         return LoadedBase(model, "read quantized from the node's cache")
     if quant is None:
         return LoadedBase(model)
-    keeping = quantized_cache.keep(model, local, settings) if settings is not None else None
+    keeping = quantized_cache.keep(model, local, settings) if settings is not None and keep else None
     return LoadedBase(model, "quantized", keeping=keeping)
 
 

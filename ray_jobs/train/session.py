@@ -29,6 +29,8 @@ UploadFn = Callable[["ray.train.Checkpoint", str], "ray.train.Checkpoint"]
 class Session(Protocol):
     rank: int
     world: int
+    local_rank: int
+    """This worker's rank among the job's workers on its node: rank 0 there writes what the node's cache keeps."""
 
     def device(self) -> torch.device: ...
 
@@ -80,13 +82,14 @@ def _further(a: ray.train.Checkpoint | None, b: ray.train.Checkpoint | None) -> 
 class RayTrainSession:
     rank: int
     world: int
+    local_rank: int
 
     @classmethod
     def of_context(cls) -> RayTrainSession:
         import ray.train
 
         context = ray.train.get_context()
-        return cls(context.get_world_rank(), context.get_world_size())
+        return cls(context.get_world_rank(), context.get_world_size(), context.get_local_rank())
 
     def device(self) -> torch.device:
         import ray.train.torch
@@ -141,6 +144,7 @@ class WarmSession:
     """The job's own worker, started at its connect (``ray_jobs.warm.early``), not the pool's."""
     rank: int = 0
     world: int = 1
+    local_rank: int = 0
     latest: ray.train.Checkpoint | None = None
     """The last checkpoint persisted: what the driver exports the adapter from."""
     _uploading: threading.Thread | None = None

@@ -118,7 +118,9 @@ def test_other_settings_or_a_base_rewritten_in_place_quantize_again(own_model, o
     assert again.quantized_line(wait=True).startswith("quantized, then kept in the node's cache (")
 
 
-def test_nothing_is_kept_with_the_cache_off_under_fsdp_or_with_the_cache_in_s3(own_model, own_root, monkeypatch):
+def test_nothing_is_kept_with_the_cache_off_under_fsdp_by_a_nodes_other_workers_or_with_the_cache_in_s3(
+    own_model, own_root, monkeypatch
+):
     off = own_model.replace(
         model=dataclasses.replace(own_model.model, dtype="bfloat16"),
         quantization=dataclasses.replace(own_model.quantization, mode="nf4"),
@@ -126,6 +128,8 @@ def test_nothing_is_kept_with_the_cache_off_under_fsdp_or_with_the_cache_in_s3(o
     assert not off.quantization.cache  # off by default until a GPU has measured it
     assert load_base_from(off, torch.device("cpu"), Single()).quantized == "quantized"
     assert load_base_from(nf4(own_model), torch.device("cpu"), FSDP2()).quantized == "quantized"  # bf16 storage
+    other_worker = load_base_from(nf4(own_model), torch.device("cpu"), Single(), keep=False)  # local rank 1: rank 0 keeps
+    assert (other_worker.keeping, other_worker.quantized_line(wait=True)) == (None, "quantized")
     monkeypatch.setenv("RAYFT_CACHE_DIR", "s3://bucket/cache")
     assert load_base_from(nf4(own_model), torch.device("cpu"), Single()).quantized == "quantized"
     assert not own_root.exists() or not any(own_root.rglob("entry.json"))
