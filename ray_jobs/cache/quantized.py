@@ -103,14 +103,20 @@ def keep(model: torch.nn.Module, model_dir: str, settings: dict[str, Any], root:
     ``tests/unit/ray_jobs/cache/test_quantized.py``). A job keeps it from its first worker on each node
     (``load_base_from``'s ``keep``); two jobs of one node keeping at once both succeed, and one payload stays."""
     import torch
-    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.core_model_loading import dot_natural_key, revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
     entry = _entry(model_dir, settings, root)
     if entry is None:
         return None
     state = remove_tied_weights_from_state_dict(model.state_dict(), model)
-    state = revert_weight_conversion(model, state)
+    if getattr(model, "_weight_conversions", None) == []:  # loaded with no renaming: the names are the files'
+        # revert_weight_conversion runs an empty list as renamings all the same, one regular expression compiled per
+        # tensor (1,411 for a 7B base: 92% of this function on CPU, about 0.9 s of the load on an H100). Only its
+        # order, which decides what goes in which file, is kept.
+        state = dict(sorted(state.items(), key=lambda item: dot_natural_key(item[0])))
+    else:
+        state = revert_weight_conversion(model, state)
     gpu = next((t.device for t in state.values() if t.is_cuda), None)
     config = copy.deepcopy(model.config)
     config.dtype, config.architectures = str(model.dtype).split(".")[1], [type(model).__name__]

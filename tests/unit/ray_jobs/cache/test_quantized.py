@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import threading
@@ -138,7 +139,7 @@ def test_nothing_is_kept_with_the_cache_off_under_fsdp_by_a_nodes_other_workers_
 
 @pytest.mark.parametrize("full_at", ["safetensors.torch.save_file", "transformers.PretrainedConfig.save_pretrained"])
 def test_a_full_disk_costs_the_next_job_its_read_not_this_job_its_run(own_model, own_root, monkeypatch, full_at):
-    """Full when the weights are written (on the thread), or already when the load writes the config."""
+    """Full when the writer's thread writes the weights, or already at the configs it writes first."""
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -148,6 +149,33 @@ def test_a_full_disk_costs_the_next_job_its_read_not_this_job_its_run(own_model,
     assert loaded.quantized_line(wait=True).startswith("quantized; not kept in the node's cache: OSError(28")
     assert not any(own_root.rglob("entry.json")) and not any(own_root.rglob("data-*"))  # no half entry left
     assert quantized_cache.lookup(own_model.model.path, {"mode": "nf4"}) is None
+
+
+def test_a_base_loaded_with_no_renaming_is_kept_in_the_files_transformers_would_write_without_renaming_each_tensor(
+    own_model, own_root, monkeypatch
+):
+    """transformers' ``revert_weight_conversion`` compiles a regular expression per tensor even where the model was
+    loaded with no renaming (``_weight_conversions == []``, as for Llama); keep() leaves it out there, and splits the
+    files as it would have (here: several files, forced by a small shard size)."""
+    import transformers.core_model_loading as loading
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
+    real, reverted = loading.revert_weight_conversion, []
+    monkeypatch.setattr(loading, "revert_weight_conversion", lambda *args: reverted.append(args) or real(*args))
+    monkeypatch.setattr(quantized_cache, "SHARD_BYTES", 2**15)
+    loaded = load_base_from(nf4(own_model), torch.device("cpu"), Single())
+    assert loaded.model._weight_conversions == [] and reverted == []
+    assert loaded.quantized_line(wait=True).startswith("quantized, then kept in the node's cache (")
+
+    state = real(loaded.model, remove_tied_weights_from_state_dict(loaded.model.state_dict(), loaded.model))
+    expected = split_torch_state_dict_into_shards(state, filename_pattern="model{suffix}.safetensors", max_shard_size=2**15)
+    (index,) = own_root.rglob("model.safetensors.index.json")
+    assert len(set(expected.tensor_to_filename.values())) > 2
+    assert json.loads(index.read_text())["weight_map"] == expected.tensor_to_filename
+
+    loaded.model._weight_conversions = None  # as for a model built, not loaded: transformers' own path, which looks it up
+    assert quantized_cache.keep(loaded.model, own_model.model.path, {"mode": "nf4"}) is not None and len(reverted) == 1
 
 
 def test_the_summary_says_how_the_quantized_base_came_to_be_and_keeps_it_through_json():
