@@ -5,7 +5,7 @@ its write on a thread beside), or read already quantized; each in a fresh proces
 
 Each round runs the three in turn, each in a process of its own: ``quantize`` (the cache off), ``keep`` (the cache on,
 a new cache root: it quantizes and keeps), ``read`` (the cache on, the root ``keep`` filled). A process prints its
-imports' seconds (torch, transformers, bitsandbytes), its CUDA context's, the load's (``load_base_from``, to the GPU's
+imports' seconds (a worker's, ``ray_jobs.warm.pool.WARM_IMPORTS``), its CUDA context's, the load's (``load_base_from``, to the GPU's
 last kernel), and for ``keep`` the write's seconds beside (``quantized_line``). ``--spy`` records each process of the
 last round with py-spy (100 Hz, native frames off) and prints the functions its samples spent most time in, by their
 own time and with what they call. Uses the 7B preset's quantization (NF4, double quant, bf16), as
@@ -32,9 +32,10 @@ MODES = ("quantize", "keep", "read")
 def one(mode: str, model: str) -> dict[str, float | str]:
     """In this process: the load as a worker does it, timed."""
     began = time.perf_counter()
-    import bitsandbytes  # noqa: F401
-    import torch
-    import transformers  # noqa: F401
+    from ray_jobs.warm.pool import import_training_stack
+
+    import_training_stack()  # what a worker imports before its load (without them the load imports transformers'
+    import torch  # modeling modules: 3.7-4.1 s of a 6.0-8.6 s load on an H100, bench/load_base_h100.txt)
 
     imported = time.perf_counter()
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")  # CPU: checked here
