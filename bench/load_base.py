@@ -34,8 +34,10 @@ def one(mode: str, model: str) -> dict[str, float | str]:
     began = time.perf_counter()
     from ray_jobs.warm.pool import import_training_stack
 
-    import_training_stack()  # what a worker imports before its load (without them the load imports transformers'
-    import torch  # modeling modules: 3.7-4.1 s of a 6.0-8.6 s load on an H100, bench/load_base_h100.txt)
+    # What a worker imports before its load. Without them, the load imports transformers' modeling modules itself:
+    # 3.7-4.1 s of a 6.0-8.6 s load on an H100 (bench/load_base_h100.txt).
+    import_training_stack()
+    import torch
 
     imported = time.perf_counter()
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")  # CPU: checked here
