@@ -6,7 +6,8 @@
 #      anything, and does the read bring the first step closer?
 #   2. bench/load_base.py, one round with py-spy: where a read's seconds go against a quantization's, in a fresh
 #      process each (its own limit, LOAD_S, so that part 1's figures come back whatever part 2 does).
-# Each part's log goes to $OUT (service.log, service_runs.json, serve.log; load_base.log).
+# Each part's log goes to $OUT (service.log, service_runs.json, serve.log, and the script's whole output in
+# service_ab.log; load_base.log).
 #
 # Device call (from the repo root, after WITH_SERVICE=1 GPU_EXTRA="pytest pluggy iniconfig py-spy"
 # ../shared/device/make-bundle.sh):

@@ -5,11 +5,11 @@ its write on a thread beside), or read already quantized; each in a fresh proces
 
 Each round runs the three in turn, each in a process of its own: ``quantize`` (the cache off), ``keep`` (the cache on,
 a new cache root: it quantizes and keeps), ``read`` (the cache on, the root ``keep`` filled). A process prints its
-imports' seconds (a worker's, ``ray_jobs.warm.pool.WARM_IMPORTS``), its CUDA context's, the load's (``load_base_from``, to the GPU's
-last kernel), and for ``keep`` the write's seconds beside (``quantized_line``). ``--spy`` records each process of the
-last round with py-spy (100 Hz, native frames off) and prints the functions its samples spent most time in, by their
-own time and with what they call. Uses the 7B preset's quantization (NF4, double quant, bf16), as
-``bench/service_7b.sh`` runs it. The table comes last.
+imports' seconds (a worker's, ``ray_jobs.warm.pool.WARM_IMPORTS``), its CUDA context's, the load's
+(``load_base_from``, to the GPU's last kernel), and for ``keep`` the write's seconds beside (``quantized_line``).
+``--spy`` records each process of the last round with py-spy (100 Hz, native frames off) and prints the functions
+its samples spent most time in, by their own time and with what they call. Uses the 7B preset's quantization (NF4,
+double quant, bf16), as ``bench/service_7b.sh`` runs it. The table comes last.
 """
 
 from __future__ import annotations
