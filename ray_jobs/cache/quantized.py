@@ -223,13 +223,8 @@ class _Staging:
 
         if self.side is None:
             return {name: tensor.contiguous() for name, tensor in tensors.items()}
-        views, offset = {}, 0
         with torch.cuda.stream(self.side):
-            for name, tensor in tensors.items():
-                size = tensor.numel() * tensor.element_size()
-                view = self.buffer[offset : offset + size].view(tensor.dtype).view(tensor.shape)
-                views[name] = view.copy_(tensor, non_blocking=True)
-                offset += _aligned(tensor)
+            views = _copied_into(self.buffer, tensors)
         self.side.synchronize()
         return views
 
@@ -240,6 +235,18 @@ class _Staging:
         if self.buffer is not None:
             self.buffer = None
             torch._C._host_emptyCache()  # no public name in torch 2.13; cudaFreeHost waits for the device once
+
+
+def _copied_into(buffer: torch.Tensor, tensors: dict[str, Any]) -> dict[str, Any]:
+    """``tensors`` copied into views of ``buffer`` (bytes), side by side, each from a multiple of ``_ALIGN``;
+    non-blocking, so from a GPU into pinned memory the caller waits for its stream."""
+    views, offset = {}, 0
+    for name, tensor in tensors.items():
+        size = tensor.numel() * tensor.element_size()
+        view = buffer[offset : offset + size].view(tensor.dtype).view(tensor.shape)
+        views[name] = view.copy_(tensor, non_blocking=True)
+        offset += _aligned(tensor)
+    return views
 
 
 def _aligned(tensor: Any) -> int:

@@ -178,6 +178,35 @@ def test_a_base_loaded_with_no_renaming_is_kept_in_the_files_transformers_would_
     assert quantized_cache.keep(loaded.model, own_model.model.path, {"mode": "nf4"}) is not None and len(reverted) == 1
 
 
+def test_a_files_tensors_are_staged_side_by_side_in_one_buffer_and_written_as_they_were(tmp_path):
+    """On a GPU the writer copies a file's tensors into one pinned buffer (``_Staging``); here, into a CPU buffer: every
+    dtype and shape a quantized base holds, each view at its own aligned offset, none overlapping, and safetensors
+    writes and reads back each tensor as it was."""
+    from safetensors.torch import load_file, save_file
+
+    generator = torch.Generator().manual_seed(0)
+    tensors = {
+        "weight": torch.randint(0, 255, (37, 1), dtype=torch.uint8, generator=generator),  # an odd size: what follows realigns
+        "absmax": torch.rand(5, generator=generator),
+        "norm": torch.rand(3, 4, generator=generator).to(torch.bfloat16),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.empty(0, 8),
+        "strided": torch.rand(4, 6, generator=generator).t(),  # not contiguous: staged contiguous
+    }
+    buffer = torch.full((sum(quantized_cache._aligned(t) for t in tensors.values()),), 7, dtype=torch.uint8)
+    views = quantized_cache._copied_into(buffer, tensors)
+
+    starts = sorted((v.data_ptr(), v.data_ptr() + v.numel() * v.element_size()) for v in views.values() if v.numel())
+    assert all(start % quantized_cache._ALIGN == 0 for start, _ in starts) and all(
+        end <= after for (_, end), (after, _) in zip(starts, starts[1:])
+    )
+    assert all(v.untyped_storage().data_ptr() == buffer.data_ptr() for v in views.values() if v.numel())
+    save_file(views, str(tmp_path / "model.safetensors"))
+    read = load_file(str(tmp_path / "model.safetensors"))
+    assert read.keys() == tensors.keys()
+    assert all(read[k].dtype == t.dtype and torch.equal(read[k], t) for k, t in tensors.items())
+
+
 def test_the_summary_says_how_the_quantized_base_came_to_be_and_keeps_it_through_json():
     from rayft.progress import _cache_rows
     from rayft_contract.records import JobSummary
