@@ -12,9 +12,9 @@ excess over that median (what the write cost the steps), and the write's own sec
 
 - ``none``: no write (the loop's noise),
 - ``pageable``: each tensor copied with ``tensor.to("cpu")`` on the writer's stream (what the job did up to 2026-12-06),
-- ``pinned``: the writer as it is (``quantized._Staging``: one pinned buffer, non-blocking copies, one wait a file),
+- ``pinned``: into one pinned buffer of the largest file's size (2 GB), non-blocking, one wait a file (commit d8dff73),
 - ``pinned-ahead``: the same with its buffer pinned before the write, outside the steps (what pinning 2 GB costs them),
-- ``chunked``: through a pinned 256 MiB chunk into a pageable buffer (pins 8x less).
+- ``chunked``: the writer as it is (``quantized._Staging``): through a pinned chunk of 256 MiB into a pageable buffer.
 
 One JSON line a mode, then a table.
 """
@@ -67,7 +67,7 @@ class Pageable(quantized._Staging):
     """The writer's copies as they were: ``tensor.to("cpu")`` each, on its stream; nothing pinned."""
 
     def __init__(self, gpu: torch.device, loaded: torch.cuda.Event, files: object, state: object) -> None:
-        self.side, self.buffer = torch.cuda.Stream(gpu), None
+        self.side, self.buffer, self.pinned = torch.cuda.Stream(gpu), None, None
         self.side.wait_event(loaded)
 
     def on_cpu(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -75,59 +75,38 @@ class Pageable(quantized._Staging):
             return {name: tensor.to("cpu").contiguous() for name, tensor in tensors.items()}
 
 
-AHEAD: list[torch.Tensor] = []
-
-
-class PinnedAhead(quantized._Staging):
-    """The writer as it is, its buffer pinned by the script before the write (``AHEAD``)."""
-
-    def __init__(self, gpu: torch.device, loaded: torch.cuda.Event, files: object, state: object) -> None:
-        self.side, self.buffer = torch.cuda.Stream(gpu), AHEAD.pop()
-        self.side.wait_event(loaded)
-
-
-CHUNK = 256 * 2**20
-
-
-class Chunked(quantized._Staging):
-    """Each file's tensors through one pinned chunk of ``CHUNK`` bytes into a pageable buffer of the file's size."""
+class Pinned(quantized._Staging):
+    """Into one pinned buffer of the largest file's size, non-blocking, one wait a file (the writer at d8dff73)."""
 
     def __init__(self, gpu: torch.device, loaded: torch.cuda.Event, files: object, state: dict) -> None:
         largest = max(sum(quantized._aligned(state[name]) for name in names) for names in files)
-        self.side = torch.cuda.Stream(gpu)
+        self.side, self.buffer = torch.cuda.Stream(gpu), None
         self.side.wait_event(loaded)
-        self.buffer = torch.empty(CHUNK, dtype=torch.uint8, pin_memory=True)
-        self.pageable = torch.empty(largest, dtype=torch.uint8)
+        self.pinned = self.pinned_now(largest)  # close() gives it back, as the writer does
+
+    def pinned_now(self, size: int) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.uint8, pin_memory=True)
 
     def on_cpu(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        views, pending, used, offset = {}, [], 0, 0
-
-        def drain() -> None:
-            self.side.synchronize()
-            for at, destination in pending:
-                destination.copy_(self.buffer[at : at + destination.numel()])
-            pending.clear()
-
+        views = quantized._laid_out(self.pinned, tensors)
         with torch.cuda.stream(self.side):
-            for name, tensor in tensors.items():
-                size = tensor.numel() * tensor.element_size()
-                destination = self.pageable[offset : offset + size]
-                views[name] = destination.view(tensor.dtype).view(tensor.shape)
-                source = tensor.contiguous().reshape(-1).view(torch.uint8)
-                for start in range(0, size, CHUNK):
-                    n = min(CHUNK, size - start)
-                    if used + n > CHUNK:
-                        drain()
-                        used = 0
-                    self.buffer[used : used + n].copy_(source[start : start + n], non_blocking=True)
-                    pending.append((used, destination[start : start + n]))
-                    used += n
-                offset += quantized._aligned(tensor)
-            drain()
+            for name, view in views.items():
+                view.copy_(tensors[name], non_blocking=True)
+        self.side.synchronize()
         return views
 
 
-STAGINGS = {"pageable": Pageable, "pinned": quantized._Staging, "pinned-ahead": PinnedAhead, "chunked": Chunked}
+AHEAD: list[torch.Tensor] = []
+
+
+class PinnedAhead(Pinned):
+    """The same, its buffer pinned by the script before the write (``AHEAD``)."""
+
+    def pinned_now(self, size: int) -> torch.Tensor:
+        return AHEAD.pop()
+
+
+STAGINGS = {"pageable": Pageable, "pinned": Pinned, "pinned-ahead": PinnedAhead, "chunked": quantized._Staging}
 
 
 class Steps:

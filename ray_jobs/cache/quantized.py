@@ -192,30 +192,36 @@ def _write(
 _ALIGN = 64
 """Where each tensor starts in the staging buffer: a multiple of any dtype's size, so each view has its own dtype."""
 
+CHUNK_BYTES = 256 * 2**20
+"""The pinned memory the write copies through. Pinning is what costs the job: 2 GB pinned at the write's start
+stalled a GPU-bound loop of launches 0.6 s on an H100; through 256 MiB the whole write cost it 0.21 s, as much as with
+the 2 GB pinned ahead of it (``bench/keep_beside_steps.py``, ``bench/RESULTS.md``)."""
+
 
 class _Staging:
-    """Copies a kept base's tensors from the GPU into one pinned CPU buffer, one file's tensors at a time, on a CUDA
-    stream of the writer's own; on a CPU the tensors are taken as they are.
+    """Copies a kept base's tensors from the GPU to the CPU, one file's tensors at a time, on a CUDA stream of the
+    writer's own: through one pinned chunk (:data:`CHUNK_BYTES`) into a pageable buffer of the largest file's size,
+    where they stay while safetensors writes them. On a CPU the tensors are taken as they are.
 
     Why not ``tensor.to("cpu")``, as before: on an H100 the write of a 7B base (3.9 GB, 1,411 tensors) that way made the
-    job's second step 2.3 s longer (5.67 s against 3.33 s, ``bench/RESULTS.md``). Copies into pageable memory are
-    staged by the driver and block the writer's thread per tensor; copies into pinned memory run on the copy engine,
-    and the writer waits once a file. The buffer is the largest file's size, allocated once and reused (a copy per
-    file would pin and free 2 GB each time), and returned to the driver at :meth:`close`, so that the job does not hold
-    it for the rest of its run."""
+    job's third step 2.3 s longer (5.67 s against 3.33-3.35 s), and cost a GPU-bound loop of launches 2.0 s. Each copy
+    into pageable memory is staged by the driver and waited for on its own; copies into pinned memory run on the copy
+    engine, and the writer waits once a chunk. The buffers are allocated once and reused, and the pinned chunk is
+    given back to the driver at :meth:`close`, so that the job does not hold it for the rest of its run."""
 
     def __init__(self, gpu: Any, loaded: Any, files: Any, state: dict[str, Any]) -> None:
         """``gpu``: the base's device, or ``None`` on a CPU; ``loaded``: the event after its load's copies;
         ``files``: each file's tensor names; ``state``: the tensors."""
         import torch
 
-        self.side = self.buffer = None
+        self.side = self.pinned = self.buffer = None
         if gpu is None:
             return
         largest = max((sum(_aligned(state[name]) for name in names) for names in files), default=0)
         self.side = torch.cuda.Stream(gpu)
         self.side.wait_event(loaded)  # the load's copies, on the job's stream, come before these reads
-        self.buffer = torch.empty(largest, dtype=torch.uint8, pin_memory=True)
+        self.pinned = torch.empty(max(1, min(CHUNK_BYTES, largest)), dtype=torch.uint8, pin_memory=True)
+        self.buffer = torch.empty(largest, dtype=torch.uint8)
 
     def on_cpu(self, tensors: dict[str, Any]) -> dict[str, Any]:
         """``tensors`` on the CPU: views of the buffer, valid until the next call (or the tensors as they are)."""
@@ -223,30 +229,59 @@ class _Staging:
 
         if self.side is None:
             return {name: tensor.contiguous() for name, tensor in tensors.items()}
-        with torch.cuda.stream(self.side):
-            views = _copied_into(self.buffer, tensors)
-        self.side.synchronize()
+        views = _laid_out(self.buffer, tensors)
+        with torch.cuda.stream(self.side):  # a non-contiguous tensor's copy is made on this stream too
+            pairs = [(_bytes(tensors[name].contiguous()), _bytes(view)) for name, view in views.items()]
+            _through(self.pinned, pairs, self.side.synchronize)
         return views
 
     def close(self) -> None:
-        """Give the pinned buffer back to the driver (PyTorch's host allocator keeps what it freed, otherwise)."""
+        """Give the pinned chunk back to the driver (PyTorch's host allocator keeps what it freed, otherwise)."""
         import torch
 
-        if self.buffer is not None:
-            self.buffer = None
+        if self.pinned is not None:
+            self.pinned = self.buffer = None
             torch._C._host_emptyCache()  # no public name in torch 2.13; cudaFreeHost waits for the device once
 
 
-def _copied_into(buffer: torch.Tensor, tensors: dict[str, Any]) -> dict[str, Any]:
-    """``tensors`` copied into views of ``buffer`` (bytes), side by side, each from a multiple of ``_ALIGN``;
-    non-blocking, so from a GPU into pinned memory the caller waits for its stream."""
+def _laid_out(buffer: torch.Tensor, tensors: dict[str, Any]) -> dict[str, Any]:
+    """Views of ``buffer`` (bytes) shaped as ``tensors``, side by side, each from a multiple of ``_ALIGN``."""
     views, offset = {}, 0
     for name, tensor in tensors.items():
         size = tensor.numel() * tensor.element_size()
-        view = buffer[offset : offset + size].view(tensor.dtype).view(tensor.shape)
-        views[name] = view.copy_(tensor, non_blocking=True)
+        views[name] = buffer[offset : offset + size].view(tensor.dtype).view(tensor.shape)
         offset += _aligned(tensor)
     return views
+
+
+def _through(pinned: torch.Tensor, pairs: list[tuple[Any, Any]], wait: Any) -> None:
+    """Copy each ``(source, destination)`` pair of byte tensors through ``pinned``: as many bytes as it holds,
+    non-blocking, then ``wait()`` for them, then into their destinations; again until all are copied."""
+    room, used, pending = pinned.numel(), 0, []
+    for source, destination in pairs:
+        for start in range(0, source.numel(), room):
+            n = min(room, source.numel() - start)
+            if used + n > room:
+                _drain(pinned, pending, wait)
+                used = 0
+            pinned[used : used + n].copy_(source[start : start + n], non_blocking=True)
+            pending.append((used, destination[start : start + n]))
+            used += n
+    _drain(pinned, pending, wait)
+
+
+def _drain(pinned: torch.Tensor, pending: list[tuple[int, Any]], wait: Any) -> None:
+    wait()
+    for at, destination in pending:
+        destination.copy_(pinned[at : at + destination.numel()])
+    pending.clear()
+
+
+def _bytes(tensor: Any) -> Any:
+    """A contiguous tensor's bytes, flat (a view)."""
+    import torch
+
+    return tensor.reshape(-1).view(torch.uint8)
 
 
 def _aligned(tensor: Any) -> int:

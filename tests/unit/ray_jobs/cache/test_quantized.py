@@ -178,15 +178,16 @@ def test_a_base_loaded_with_no_renaming_is_kept_in_the_files_transformers_would_
     assert quantized_cache.keep(loaded.model, own_model.model.path, {"mode": "nf4"}) is not None and len(reverted) == 1
 
 
-def test_a_files_tensors_are_staged_side_by_side_in_one_buffer_and_written_as_they_were(tmp_path):
-    """On a GPU the writer copies a file's tensors into one pinned buffer (``_Staging``); here, into a CPU buffer: every
-    dtype and shape a quantized base holds, each view at its own aligned offset, none overlapping, and safetensors
+def test_a_files_tensors_are_staged_side_by_side_through_a_small_chunk_and_written_as_they_were(tmp_path):
+    """On a GPU the writer copies a file's tensors through a pinned chunk into one buffer (``_Staging``); here, on CPU
+    buffers, with a chunk of 16 bytes: every dtype and shape a quantized base holds, each view at its own aligned
+    offset, none overlapping, a tensor larger than the chunk split across it, one wait a chunkful, and safetensors
     writes and reads back each tensor as it was."""
     from safetensors.torch import load_file, save_file
 
     generator = torch.Generator().manual_seed(0)
     tensors = {
-        "weight": torch.randint(0, 255, (37, 1), dtype=torch.uint8, generator=generator),  # an odd size: what follows realigns
+        "weight": torch.randint(0, 255, (37, 1), dtype=torch.uint8, generator=generator),  # odd: what follows realigns
         "absmax": torch.rand(5, generator=generator),
         "norm": torch.rand(3, 4, generator=generator).to(torch.bfloat16),
         "scalar": torch.tensor(2.5, dtype=torch.float64),
@@ -194,13 +195,18 @@ def test_a_files_tensors_are_staged_side_by_side_in_one_buffer_and_written_as_th
         "strided": torch.rand(4, 6, generator=generator).t(),  # not contiguous: staged contiguous
     }
     buffer = torch.full((sum(quantized_cache._aligned(t) for t in tensors.values()),), 7, dtype=torch.uint8)
-    views = quantized_cache._copied_into(buffer, tensors)
+    views = quantized_cache._laid_out(buffer, tensors)
+    waits = []
+    pairs = [(quantized_cache._bytes(tensors[k].contiguous()), quantized_cache._bytes(v)) for k, v in views.items()]
+    quantized_cache._through(torch.empty(16, dtype=torch.uint8), pairs, lambda: waits.append(1))
 
     starts = sorted((v.data_ptr(), v.data_ptr() + v.numel() * v.element_size()) for v in views.values() if v.numel())
     assert all(start % quantized_cache._ALIGN == 0 for start, _ in starts) and all(
         end <= after for (_, end), (after, _) in zip(starts, starts[1:])
     )
     assert all(v.untyped_storage().data_ptr() == buffer.data_ptr() for v in views.values() if v.numel())
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    assert total // 16 <= len(waits) <= total // 16 + len(tensors)  # a chunkful at a time: 37 bytes alone take three
     save_file(views, str(tmp_path / "model.safetensors"))
     read = load_file(str(tmp_path / "model.safetensors"))
     assert read.keys() == tensors.keys()
