@@ -27,11 +27,17 @@ def main(source: str, target: str) -> None:
     fig, axes = plt.subplots(1, len(calls), figsize=(6 * len(calls), 4.2), squeeze=False, sharey=True)
     for ax, call in zip(axes[0], calls, strict=True):
         for run in call["runs"]:
-            steps = list(range(1, len(run["step_s"]) + 1))
+            seconds = run["step_s"][1:]  # the first report's is 0: no step had ended (service_submit.Run.step_s)
             writes = "then kept" in label(run)
-            ax.plot(steps, run["step_s"], marker="o", linewidth=2.5 if writes else 1, label=textwrap.fill(label(run), 60))
+            ax.plot(
+                range(1, len(seconds) + 1),
+                seconds,
+                marker="o",
+                linewidth=2.5 if writes else 1,
+                label=textwrap.fill(label(run), 60),
+            )
         ax.set_title(textwrap.fill(f"call {call['call']}: {call['about']}", 75), fontsize=8, loc="left")
-        ax.set_xlabel("step (step 1 is reported as 0: its time is the time to the first step)")
+        ax.set_xlabel("step (the last one's time is in the closing report, not plotted)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("seconds a step")

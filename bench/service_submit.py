@@ -60,8 +60,10 @@ class Run:
     summary: dict | None = None
     """The job's summary event (``JobSummary``): its phase table, its own time to the first step."""
     step_s: list[float] = dataclasses.field(default_factory=list)
-    """Each report's seconds a step, in order (one step a report with ``train.log_every: 1``), from ``metrics.jsonl``:
-    what a change beside training (a write, a compile) costs the steps it runs beside."""
+    """Each report's seconds a step, in order, from ``metrics.jsonl``: what a change beside training (a write, a
+    compile) costs the steps it runs beside. A report carries the steps that ended before it, so with
+    ``train.log_every: 1`` the first is 0 (no step ended yet) and the one at index ``i`` is step ``i``'s; the last
+    step's time comes in the closing report, which has no loss and is not listed."""
 
 
 def follow(client: Client, spec: FineTuneSpec) -> Run:

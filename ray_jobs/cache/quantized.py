@@ -204,7 +204,7 @@ class _Staging:
     where they stay while safetensors writes them. On a CPU the tensors are taken as they are.
 
     Why not ``tensor.to("cpu")``, as before: on an H100 the write of a 7B base (3.9 GB, 1,411 tensors) that way made the
-    job's third step 2.3 s longer (5.67 s against 3.33-3.35 s), and cost a GPU-bound loop of launches 2.0 s. Each copy
+    job's second step 2.3 s longer (5.67 s against 3.33-3.35 s), and cost a GPU-bound loop of launches 2.0 s. Each copy
     into pageable memory is staged by the driver and waited for on its own; copies into pinned memory run on the copy
     engine, and the writer waits once a chunk. The buffers are allocated once and reused, and the pinned chunk is
     given back to the driver at :meth:`close`, so that the job does not hold it for the rest of its run."""
