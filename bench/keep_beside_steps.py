@@ -1,6 +1,6 @@
 """What writing a 7B quantized base beside training costs the training's steps, on one GPU (``quantization.cache``).
 
-    python bench/keep_beside_steps.py [--steps-before 3] [--modes none,pageable,pinned]
+    python bench/keep_beside_steps.py [--steps-before 3] [--modes none,pageable,pinned,pinned-ahead,chunked]
 
 The job writes its NF4 base (3.9 GB in 1,411 tensors for a 7B Llama) from a thread, after its first step
 (``ray_jobs.cache.quantized``). On an H100 that write made the job's second step 2.3 s longer (5.67 s against 3.33 s,
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import LlamaConfig
 
 from ray_jobs.cache import quantized
 
@@ -145,7 +146,7 @@ def run(mode: str, steps: Steps, steps_before: int, root: Path) -> dict[str, obj
     model_dir = Path(tempfile.mkdtemp(prefix=f"base-{mode}-", dir=root))
     (model_dir / "config.json").write_text("{}")
     entry = quantized._entry(str(model_dir), {"mode": mode}, str(root / "cache"))
-    config = __import__("transformers").LlamaConfig()
+    config = LlamaConfig()  # what the writer saves beside the weights
     loaded = torch.cuda.Event()
     loaded.record(torch.cuda.current_stream(device))
     original = quantized._Staging
@@ -179,10 +180,10 @@ def main() -> None:
         for mode in args.modes.split(","):
             rows.append(run(mode, steps, args.steps_before, Path(root)))
             print(json.dumps(rows[-1]), flush=True)
-    print(f"{'mode':>9} {'median step s':>14} {'steps during':>13} {'excess s':>9} {'write s':>8}")
+    print(f"{'mode':>12} {'median step s':>14} {'steps during':>13} {'excess s':>9} {'write s':>8}")
     for row in rows:
         print(
-            f"{row['mode']:>9} {row['median_before_s']:>14} {len(row['during_s']):>13} {row['excess_s']:>9} {row['write_s'] or '':>8}"
+            f"{row['mode']:>12} {row['median_before_s']:>14} {len(row['during_s']):>13} {row['excess_s']:>9} {row['write_s'] or '':>8}"
         )
 
 
