@@ -182,9 +182,8 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     print(f"{'mode':>12} {'median step s':>14} {'steps during':>13} {'excess s':>9} {'write s':>8}")
     for row in rows:
-        print(
-            f"{row['mode']:>12} {row['median_before_s']:>14} {len(row['during_s']):>13} {row['excess_s']:>9} {row['write_s'] or '':>8}"
-        )
+        during, write = len(row["during_s"]), row["write_s"] or ""
+        print(f"{row['mode']:>12} {row['median_before_s']:>14} {during:>13} {row['excess_s']:>9} {write:>8}")
 
 
 if __name__ == "__main__":

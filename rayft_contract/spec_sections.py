@@ -76,8 +76,8 @@ class QuantizationSpec:
     digit in every run that kept or read it. Its gain there, through the service without warm workers, was 2-5 s of
     a job's 36-42 s to the first step on some hosts, and within the host's drift on two others (0.6-1.2 s of 29 s;
     ``bench/RESULTS.md``). A read takes 0.96 s of a worker's load against 2.5 s to quantize on an H100, which a
-    one-GPU job's early worker spends beside the driver's start. Off by default; it pays where workers load at the job's start (several per node, or a
-    warm worker holding another base). Not under FSDP."""
+    one-GPU job's early worker spends beside the driver's start. Off by default; it pays where workers load at the
+    job's start (several per node, or a warm worker holding another base). Not under FSDP."""
     fp8: bool = False
     """Run the frozen base's matmuls (its forward, and the gradient through it) in FP8 with one scale per row, on
     GPUs with FP8 tensor cores (Hopper, Ada); the adapter stays bf16 (``ray_jobs.train.fp8``). Trades precision for

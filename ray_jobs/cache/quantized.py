@@ -248,8 +248,7 @@ def _laid_out(buffer: torch.Tensor, tensors: dict[str, Any]) -> dict[str, Any]:
     """Views of ``buffer`` (bytes) shaped as ``tensors``, side by side, each from a multiple of ``_ALIGN``."""
     views, offset = {}, 0
     for name, tensor in tensors.items():
-        size = tensor.numel() * tensor.element_size()
-        views[name] = buffer[offset : offset + size].view(tensor.dtype).view(tensor.shape)
+        views[name] = buffer[offset : offset + tensor.nbytes].view(tensor.dtype).view(tensor.shape)
         offset += _aligned(tensor)
     return views
 
@@ -285,4 +284,4 @@ def _bytes(tensor: Any) -> Any:
 
 
 def _aligned(tensor: Any) -> int:
-    return -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+    return -(-tensor.nbytes // _ALIGN) * _ALIGN
