@@ -20,7 +20,8 @@
 # cluster's kernel store stays, as it would on shared storage.
 # SPY="0 0 1": 1 makes py-spy record the warm worker (the pool's idle one, which takes the job) through that run, 50 samples
 # a second, idle threads too: $OUT/<run>.warm_worker.speedscope.json (each thread's samples in order; bench/spy_phases.py
-# says where the main thread's time went, second by second).
+# says where the main thread's time went, second by second). With no pool, it records the job's early worker from the moment
+# its process takes that name (its imports, its base's load and its first step): $OUT/<run>.early_worker.speedscope.json.
 # RUNS is the longest of WARM, EARLY, FILL, NODE and SPY.
 #
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
@@ -34,6 +35,7 @@
 #   kept ahead:       the same with KEEP=1 NODE="1 1": the operator keeps the preset's kernels first (compile_ahead --keep),
 #                     so even the cluster's first job takes them (about 5 minutes)
 #   a warm worker's first step, profiled: WARM="0 1 1 1" SPY="0 0 0 1" STEPS=4 (about 6 minutes on an H100)
+#   an early worker's start and first step, profiled: SPY="0 1 0" STEPS=4 (a new dataset, then two runs that hit it)
 # The device tool brings back 8 files of $OUT, and a run writes 3: pack them, as
 #   R=$OUT; export OUT=/tmp/bo; mkdir -p $OUT; WARM="0 1 1" bash bench/startup_7b.sh; tar -czf $R/out.tgz -C $OUT .
 set -euo pipefail
@@ -103,8 +105,14 @@ for entry in $TREES; do
         "$pyspy" record --pid "$warm_pid" --rate 50 --idle --format speedscope --duration 120 \
           --output "$OUT/$name.warm_worker.speedscope.json" > "$OUT/$name.pyspy.log" 2>&1 &
         recorder=$!
-      else
-        echo "$name: no warm worker to record" | tee -a "$OUT/startup.log"
+      else  # no pool: the job's own early worker (a WarmWorker too) starts at its connect; record it once it is there
+        ( for _ in $(seq 1 1200); do
+            early_pid=$(pgrep -f "ray::WarmWorker" | head -1 || true)
+            [ -n "$early_pid" ] && exec "$pyspy" record --pid "$early_pid" --rate 50 --idle --format speedscope \
+              --duration 120 --output "$OUT/$name.early_worker.speedscope.json"
+            sleep 0.05
+          done; echo "$name: no early worker to record" ) > "$OUT/$name.pyspy.log" 2>&1 &
+        recorder=$!
       fi
     fi
     SECONDS=0
