@@ -143,6 +143,17 @@ class _Job:
         with profile.phase("connect"):
             local_ray.connect(address, spec)
             import ray
+
+            from ray_jobs.train.session import latest_in, train_run_name
+            from ray_jobs.warm import early as early_worker
+
+            run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
+            ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
+            gpus_free = ray.available_resources().get("GPU", 0)
+            # Before the driver's own imports below (Ray Train's and Ray Data's, pandas): the worker's imports and its
+            # base's load are the path to the first step, and these are not on it.
+            self.early = early_worker.start(spec, resumes_ray_train=ray_train_began)  # loads the base meanwhile
+            local_ray.quiet_ray_data()
             from ray.util.queue import Queue
 
             from ray_jobs.cache.models import fetch_model
@@ -150,14 +161,8 @@ class _Job:
             from ray_jobs.events import fit_while_forwarding
             from ray_jobs.train import compile_ahead
             from ray_jobs.train.loop import LoopConfig
-            from ray_jobs.train.session import latest_in, train_run_name
-            from ray_jobs.warm import early as early_worker
             from ray_jobs.warm import pool as warm_pool
 
-            run_folder = self.run_dir.child(train_run_name(spec, self.identity.owner))  # Ray Train's, and warm/
-            ray_train_began = any(name.startswith("checkpoint_") for name in run_folder.list_dirs())
-            gpus_free = ray.available_resources().get("GPU", 0)
-            self.early = early_worker.start(spec, resumes_ray_train=ray_train_began)  # loads the base meanwhile
             ahead, self.early = compile_ahead.launch(spec, gpus_free, self.early)  # a node without the kernels: a copy
 
         emit(Event("phase", JobPhase("model", f"fetching {spec.model.path}").to_dict()))
