@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from rayft_contract.spec import FineTuneSpec, LoraSpec
@@ -144,6 +145,9 @@ class LoadedBase:
     """Loaded before the job, by the warm worker that runs it (:func:`ray_jobs.train.held.hold_base`)."""
     compiled_rows: int | None = None
     """The rows a piece for which that worker compiled flex attention's kernels (``held.compile_attention``)."""
+    load_s: float | None = None
+    """Seconds ``from_pretrained`` took: reading and quantizing the base, or reading it quantized. The summary's worker
+    line gives them for a base loaded before the job, where the job waits on that load (:meth:`held_line`)."""
 
     def quantized_line(self, wait: bool = False) -> str:
         """:attr:`quantized`, once the base is kept or was not (``wait``: for as long as its write takes); while it is
@@ -162,7 +166,7 @@ class LoadedBase:
         """What the summary's worker line adds for a base loaded before the job that runs ``rows`` rows a piece."""
         if not self.held:
             return ""
-        line = ", its base loaded before the job"
+        line = ", its base loaded before the job" + (f" ({self.load_s:.1f} s)" if self.load_s is not None else "")
         if self.compiled_rows is not None:
             line += f", its attention compiled for {self.compiled_rows} rows a piece"
             if self.compiled_rows != rows:
@@ -194,17 +198,19 @@ def load_base_from(spec: FineTuneSpec, device: torch.device, strategy: Strategy,
     quant = quantization_config(spec, strategy)
     settings = cacheable_quantization(spec, quant)
     kept = quantized_cache.lookup(local, settings) if settings is not None else None
+    began = time.perf_counter()
     if kept is not None:  # quantized as saved: its config.json holds the quantization
         model = load_pretrained(kept, spec.model.path, **kwargs)
     else:
         model = load_pretrained(local, spec.model.path, revision=spec.model.revision, quantization_config=quant, **kwargs)
+    load_s = time.perf_counter() - began
     model.config.use_cache = False
     if kept is not None:
-        return LoadedBase(model, "read quantized from the node's cache")
+        return LoadedBase(model, "read quantized from the node's cache", load_s=load_s)
     if quant is None:
-        return LoadedBase(model)
+        return LoadedBase(model, load_s=load_s)
     keeping = quantized_cache.keep(model, local, settings) if settings is not None and keep else None
-    return LoadedBase(model, "quantized", keeping=keeping)
+    return LoadedBase(model, "quantized", keeping=keeping, load_s=load_s)
 
 
 def cacheable_quantization(spec: FineTuneSpec, quant: Any) -> dict[str, Any] | None:

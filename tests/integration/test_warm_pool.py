@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 
 import pytest
@@ -17,6 +18,9 @@ from ray_jobs.warm.pool import running_pool
 from tests.integration.dashboard import train_view_runs
 
 pytestmark = pytest.mark.integration
+
+LOADED_BEFORE = r", its base loaded before the job \(\d+\.\d s\)$"
+"""The summary's worker line for a base the worker loaded before its job, with the seconds the load took."""
 
 
 @pytest.fixture
@@ -77,7 +81,7 @@ def test_a_one_worker_job_takes_the_worker_the_job_before_left_warm_ray_train_re
     after = [e.data for e in events[cut:] if e.kind == "progress"]
     assert [p["step"] for p in before] == [1, 2, 3, 4, 5]
     warm_worker = before[0]["facts"]["worker"]
-    assert warm_worker.startswith("warm: started ") and warm_worker.endswith(", its base loaded before the job"), warm_worker
+    assert warm_worker.startswith("warm: started ") and re.search(LOADED_BEFORE, warm_worker), warm_worker
     assert all(p["facts"]["worker"] == warm_worker for p in before)
     assert [p["step"] for p in after] == [5, 6, 7, 8], "Ray Train resumed from the warm worker's step-4 checkpoint"
     assert summary.worker == "Ray Train's, started for this job" and summary.steps == 8
@@ -128,7 +132,7 @@ def test_an_operator_primed_pool_gives_the_first_job_a_worker_holding_its_base_a
     assert state.base == spec.model.path and state.lent_in_all == 0, state
 
     summary = run(spec.replace(name="primed")).summary
-    assert summary.worker.startswith("warm: ") and summary.worker.endswith(", its base loaded before the job"), summary.worker
+    assert summary.worker.startswith("warm: ") and re.search(LOADED_BEFORE, summary.worker), summary.worker
     assert summary.steps == 2 and state_of(pool).lent_in_all == 1
 
     assert main(["warm", "status", "--address", "auto"]) == 0
@@ -173,7 +177,7 @@ def test_a_one_worker_job_trains_in_its_own_worker_started_at_connect_as_ray_tra
     after = [e.data for e in events[cut:] if e.kind == "progress"]
     worker = before[0]["facts"]["worker"]
     assert worker.startswith("early: the job's own, started at its connect"), worker
-    assert worker.endswith(", its base loaded before the job"), "the base was loaded beside the data's preparation"
+    assert re.search(LOADED_BEFORE, worker), "the base was loaded beside the data's preparation"
     assert [p["step"] for p in after] == [5, 6, 7, 8] and summary.worker == "Ray Train's, started for this job"
     assert {p["step"]: p["loss"] for p in before + after} == pytest.approx(_losses(ray_train_events), rel=1e-5)
     assert summary.restarts == 1 and _live_warm_workers() == 0

@@ -99,6 +99,7 @@ def test_the_summary_says_for_which_rows_a_held_base_s_attention_was_compiled_an
     base = torch.nn.Linear(1, 1)
     assert LoadedBase(base).held_line(4) == ""
     assert LoadedBase(base, held=True).held_line(4) == ", its base loaded before the job"
+    assert LoadedBase(base, held=True, load_s=2.54).held_line(4) == ", its base loaded before the job (2.5 s)", "what it waited"
     assert LoadedBase(base, held=True, compiled_rows=4).held_line(4) == (
         ", its base loaded before the job, its attention compiled for 4 rows a piece"
     )
