@@ -72,9 +72,9 @@ class QuantizationSpec:
     """Keep the NF4 base, once quantized, in the node's model cache (``$RAYFT_CACHE_DIR/models``), so that a later job
     with the same base and settings reads it instead of quantizing again (``ray_jobs.cache.quantized``; 3.9 GB for a
     7B base, written on a thread from after the first job's first step: 2.3-3.0 s on an H100, costing a loop of steps
-    beside it 0.15-0.22 s). Exact: on CPU the same tensors and logits; on an H100 the 7B preset's loss the same to the last
-    digit in every run that kept or read it. Its gain there, through the service without warm workers, was 2-5 s of
-    a job's 36-42 s to the first step on some hosts, and within the host's drift on two others (0.6-1.2 s of 29 s;
+    beside it 0.15-0.22 s). Exact: on CPU the same tensors and logits; on an H100 the 7B preset's loss the same to the
+    last digit in every run that kept or read it. Its gain there, through the service without warm workers, was 2-5 s
+    of a job's 36-42 s to the first step on some hosts, and within the host's drift on two others (0.6-1.2 s of 29 s;
     ``bench/RESULTS.md``). A read takes 0.96 s of a worker's load against 2.5 s to quantize on an H100, and on a cached
     dataset a one-GPU job's driver waits for its early worker's load, so the read is on the path to the first step.
     Off by default while the gain through the service stays within the host's drift; the summary's worker line gives

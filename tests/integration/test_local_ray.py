@@ -121,7 +121,7 @@ BEFORE_THE_EARLY_WORKER = """
 import dataclasses, sys
 from ray_jobs import local_ray
 local_ray.connect(sys.argv[1])
-from ray_jobs.train.session import train_run_name
+from ray_jobs.train.session import train_run_name  # what ray_jobs.run imports before the start, as it does
 from ray_jobs.warm import early
 from ray_jobs.warm.settings import WarmSettings
 from rayft_contract.spec import FineTuneSpec
@@ -138,8 +138,8 @@ print("ray.data" in sys.modules)
 
 def test_a_driver_joins_its_cluster_and_decides_on_its_early_worker_before_it_imports_ray_data_pandas_or_torch(ray_cluster):
     """The early worker's imports and base load are the path to a one-GPU job's first step, so the driver starts it
-    before its own heavy imports: with Ray Data's import in ``connect``, the worker started 0.5-0.6 s later on 2 cores
-    and the first step came 0.8 s later (bench/RESULTS.md, thirty-second session)."""
+    before its own heavy imports. With them before it (Ray Data's in ``connect``), the worker's process started 0.6-0.9 s
+    later on 2 cores, and the first step 0.85 s later by the median of five runs each (``bench/early_start.py``)."""
     root = Path(__file__).resolve().parents[2]
     driver = subprocess.run(
         [sys.executable, "-c", BEFORE_THE_EARLY_WORKER, ray_cluster.gcs], capture_output=True, text=True, timeout=300, cwd=root
