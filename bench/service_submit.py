@@ -145,6 +145,7 @@ def table(runs: list[Run]) -> str:
     lines.append(f"{'final loss':44s}" + "".join(f"{s.get('final_loss') or 0:{width}.4f}" for s in summaries))
     for r, s in zip(runs, summaries, strict=True):
         lines.append(f"{r.name}: quantized base: {s.get('quantized_base') or '-'}; seconds a step: {r.step_s}")
+        lines.append(f"{r.name}: worker: {s.get('worker') or '-'}")  # a base loaded before the job: its seconds
     return "\n".join(lines)
 
 
