@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def one_run(tree: Path, name: str, tiny: Path, address: str, runs: Path) -> dict:
+    from rayft_contract.records import JobSummary, Progress
+
     started = time.time()
     command = [sys.executable, "-m", "rayft", "train", str(tree / "ray_jobs/presets/tiny_cpu.yaml"), "--address", address]
     command += [
@@ -47,16 +49,14 @@ def one_run(tree: Path, name: str, tiny: Path, address: str, runs: Path) -> dict
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
-    summary = json.loads((runs / name / "summary.json").read_text())
-    setup = next(
-        json.loads(line)["setup"]
-        for line in (runs / name / "metrics.jsonl").read_text().splitlines()
-        if '"setup"' in line and json.loads(line).get("setup")
-    )
+    summary = JobSummary.from_dict(json.loads((runs / name / "summary.json").read_text()))
+    events = map(json.loads, (runs / name / "metrics.jsonl").read_text().splitlines())
+    reports = [Progress.from_dict(event) for event in events if event["kind"] == "progress"]
+    setup = next(report.setup for report in reports if report.setup is not None)  # the worker's first report
     return {
-        "worker_process_after_driver_s": round(setup["process_start_ts"] - started, 2),
-        "first_step_s": round(summary["time_to_first_step_s"], 2),
-        "connect_s": round(summary["timing"]["phases"]["connect"], 2),
+        "worker_process_after_driver_s": round(setup.process_start_ts - started, 2),
+        "first_step_s": round(summary.time_to_first_step_s, 2),
+        "connect_s": round(summary.timing.phases["connect"], 2),
     }
 
 

@@ -18,13 +18,10 @@ import json
 from pathlib import Path
 
 
-def _import_of(names: list[str]) -> str | None:
+def _import_of(names: list[str]) -> str:
     """The library an import sample is loading, by the first module-level frame below the worker's entry."""
     entry = "ray/_private/workers/default_worker.py"  # the worker process's own entry: every import is below it
-    modules = [n.split(":")[0] for n in names if n.endswith(":<module>") and entry not in n]
-    if not modules:
-        return None
-    chain = " > ".join(modules)
+    chain = " > ".join(n.split(":")[0] for n in names if n.endswith(":<module>") and entry not in n)
     for needle, label in (
         ("bitsandbytes/", "import: bitsandbytes (torch's inductor and dynamo under it)"),
         ("sklearn/", "import: scikit-learn (transformers' generation)"),
@@ -42,7 +39,7 @@ def classify(names: list[str]) -> str:
     """One sample's class, from its stack's ``file:function`` names, outermost first."""
     joined = "\n".join(names)
     if "import_training_stack" in joined:
-        return _import_of(names) or "import: other"
+        return _import_of(names)
     if "load_pretrained" in joined:
         return "the base's load (read and quantize)"
     if "_forward_backward" in joined or "strategy.py:_Torch.backward" in joined or "_engine_run_backward" in joined:
