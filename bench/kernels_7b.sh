@@ -10,7 +10,8 @@
 # Each argument is KERNELS:MICRO_BATCH[:LEVER...] (global batch stays the preset's 32, so every run trains the
 # same rows per step). Levers: `compile` (model.compile=true), `fused` (lora.fused=true, the default now), `peft`
 # (lora.fused=false, PEFT's own LoRA forward), `sdpa` (model.attn_implementation=sdpa, the attention before flex),
-# `qcache` (quantization.cache=true: the first such run keeps the NF4 base in the node's cache, the next reads it), `fp8`
+# `qcache` (quantization.cache=true: the first such run keeps the NF4 base in the node's cache, the next reads it; the
+# preset's default since the thirty-third session), `noqcache` (quantization.cache=false: every load quantizes), `fp8`
 # (quantization.fp8=true: the frozen base's matmuls in FP8, the preset's default since the seventh session), `bf16`
 # (quantization.fp8=false: every matmul in bf16). `peft` turns FP8 off too: FP8 rides on lora.fused. Runs accumulate in /tmp/runs across calls on a warm
 # machine; the table covers all of them. GPU_TESTS=1 runs every gpu test first; GPU_TESTS=WORD only those whose
@@ -22,7 +23,7 @@
 #   (measured 2026-12-03 as `liger:8 liger:8:fp8`, when bf16 was the preset's default; the loss over 90 steps: one call per
 #   run, `STEPS=90 bash bench/kernels_7b.sh liger:8:bf16`, then `... liger:8:fp8` on the same warm machine)
 # The quantized base's cache (model load: quantize, keep, read):   carry: [".gpu"]
-#   command: GPU_TESTS=quantized bash bench/kernels_7b.sh liger:8 liger:8:qcache liger:8:qcache:again
+#   command: GPU_TESTS=quantized bash bench/kernels_7b.sh liger:8:noqcache liger:8:qcache liger:8:qcache:again
 set -euo pipefail
 source .gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
@@ -34,13 +35,14 @@ if [ -n "${GPU_TESTS:-}" ]; then
   python3 -m pytest tests/gpu -m gpu -q -p no:cacheprovider "${only[@]}" 2>&1 | tee "$OUT/gpu_tests.log" || true
 fi
 declare -A LEVERS=([compile]="model.compile=true" [fused]="lora.fused=true" [peft]="lora.fused=false quantization.fp8=false"
-                   [sdpa]="model.attn_implementation=sdpa" [qcache]="quantization.cache=true" [fp8]="quantization.fp8=true"
+                   [sdpa]="model.attn_implementation=sdpa" [qcache]="quantization.cache=true" [noqcache]="quantization.cache=false"
+                   [fp8]="quantization.fp8=true"
                    [bf16]="quantization.fp8=false" [again]="")
 for variant in "$@"; do
   IFS=: read -r kern mb levers <<< "$variant"
   sets=(model.kernels="$kern" train.micro_batch_size="$mb"); suffix=""
   for lever in ${levers//:/ }; do
-    [ -n "${LEVERS[$lever]+set}" ] || { echo "unknown lever $lever (compile, fused, peft, sdpa, qcache, fp8, bf16, again)"; exit 2; }
+    [ -n "${LEVERS[$lever]+set}" ] || { echo "unknown lever $lever (compile, fused, peft, sdpa, qcache, noqcache, fp8, bf16, again)"; exit 2; }
     for kv in ${LEVERS[$lever]}; do sets+=("$kv"); done
     suffix+="-$lever"
   done

@@ -77,8 +77,8 @@ class QuantizationSpec:
     of a job's 36-42 s to the first step on some hosts, and within the host's drift on two others (0.6-1.2 s of 29 s;
     ``bench/RESULTS.md``). A read takes 0.96 s of a worker's load against 2.5 s to quantize on an H100, and on a cached
     dataset a one-GPU job's driver waits for its early worker's load, so the read is on the path to the first step.
-    Off by default while the gain through the service stays within the host's drift; the summary's worker line gives
-    the load's seconds. Not under FSDP."""
+    Off here, where a spec may name any base (each kept one takes its size again on every node's disk); on in the 7B
+    GPU presets, which say why. The summary's worker line gives the load's seconds. Not under FSDP."""
     fp8: bool = False
     """Run the frozen base's matmuls (its forward, and the gradient through it) in FP8 with one scale per row, on
     GPUs with FP8 tensor cores (Hopper, Ada); the adapter stays bf16 (``ray_jobs.train.fp8``). Trades precision for
