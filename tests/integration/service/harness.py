@@ -25,8 +25,11 @@ NO_RAY = "http://127.0.0.1:9"
 class Server:
     """A `rayft serve` subprocess; ``start()`` again after ``kill()`` keeps its data dir and port."""
 
-    def __init__(self, data_dir: Path, ray_address: str, policy: Path, port: int = 0, **env: str):
-        self.data_dir, self.ray_address, self.port, self.env = data_dir, ray_address, port, env
+    def __init__(self, data_dir: Path, ray_address: str, policy: Path, port: int | None = None, **env: str):
+        """``port``: unset, a free one outside the OS's ephemeral range (:func:`restartable_port`), so that a restart
+        finds it, and its watch process's beside it, still free."""
+        self.data_dir, self.ray_address, self.env = data_dir, ray_address, env
+        self.port = restartable_port() if port is None else port
         self.env["RAYFT_POLICY"] = str(policy)
         self.proc: subprocess.Popen | None = None
 
@@ -108,8 +111,38 @@ def rayft_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def restartable_port() -> int:
+    """A free port whose next one is free too (the watch process's default, ``service.settings``), for a service that a
+    test may stop and start again on the same address.
+
+    Why not one the OS picks (port 0): that comes from the ephemeral range, where every outbound connection of the
+    session's Ray processes takes its local port. In one CI run (2026-12-07) such a connection took a stopped
+    service's watch port while a test launched a job by hand, and the service, started again, could not listen there;
+    the job it left running then failed three more tests. Ports between Ray's worker ports (10002-19999) and the
+    ephemeral range are taken by nobody by chance. Each pytest-xdist worker draws from its own part of them, so that
+    two workers never pick the same one."""
+    import random
+    import socket
+
+    low_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    first, parts = 20_000, 4
+    width = (low_ephemeral - first) // parts
+    if width < 100:  # an unusual ephemeral range: none is outside it
+        return free_port()
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % parts
+    for port in random.sample(range(first + worker * width, first + (worker + 1) * width - 1), 50):
+        try:
+            for candidate in (port, port + 1):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no free pair of ports in {first}-{low_ephemeral} after 50 tries")
+
+
 def free_port() -> int:
-    """A port nothing listens on now, for a server the test starts (its metrics)."""
+    """A port nothing listens on now, for a server the test starts once (its metrics)."""
     import socket
 
     with socket.socket() as free:

@@ -38,16 +38,18 @@ def test_a_launch_that_reached_ray_before_the_service_died_keeps_every_report(ra
     record: JobRecord = store.get(queued.id)
     store.close()
     key = auth.service_key(tmp_path / "service")
-    RayJobLauncher(ray_cluster.jobs_api, sys.executable).submit(record, srv.address, auth.launch_ticket(key, record.id))
+    launcher = RayJobLauncher(ray_cluster.jobs_api, sys.executable)
+    launcher.submit(record, srv.address, auth.launch_ticket(key, record.id))
     del srv.env["RAYFT_LAUNCH_PAUSED"]
-    srv.start()  # same data dir, same port: the address the running driver claims at
     try:
+        srv.start()  # same data dir, same port: the address the running driver claims at
         events = list(Client(srv.address, tokens["team-a"]).watch(queued.id))
         assert states(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"], srv.log.read_text()[-3000:]
         steps = [e.progress.step for e in events if e.WhichOneof("payload") == "progress"]
         assert steps == [2, 4, 6] and kinds(events)[-2] == "summary"
     finally:
         srv.stop()
+        launcher.stop(record.id)  # ended if the test passed; else its driver would wait for the service, holding CPUs
 
 
 def test_service_killed_mid_job_restarts_and_loses_nothing(ray_cluster, tmp_path, tokens, tiny_spec, policy):

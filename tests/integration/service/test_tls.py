@@ -13,7 +13,7 @@ import pytest
 from rayft.client import Client
 from rayft_contract.v1 import finetune_pb2 as pb
 from rayft_contract.v1 import finetune_pb2_grpc as pb_grpc
-from tests.integration.service.harness import Server, states, tiny_job
+from tests.integration.service.harness import Server, free_port, states, tiny_job
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +39,6 @@ def certs(tmp_path_factory):
         cert.private_key_pem.write_to_path(paths[f"{name}_key"])
         cert.cert_chain_pems[0].write_to_path(paths[f"{name}_cert"])
     return types.SimpleNamespace(**paths)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tls_env(certs, mutual: bool) -> dict[str, str]:
