@@ -26,10 +26,10 @@ class Server:
     """A `rayft serve` subprocess; ``start()`` again after ``kill()`` keeps its data dir and port."""
 
     def __init__(self, data_dir: Path, ray_address: str, policy: Path, port: int | None = None, **env: str):
-        """``port``: unset, a free one outside the OS's ephemeral range (:func:`restartable_port`), so that a restart
-        finds it, and its watch process's beside it, still free."""
+        """``port``: unset, a free one outside the OS's ephemeral range (:func:`free_port`), so that a restart finds
+        it, and its watch process's beside it, still free."""
         self.data_dir, self.ray_address, self.env = data_dir, ray_address, env
-        self.port = restartable_port() if port is None else port
+        self.port = free_port(2) if port is None else port
         self.env["RAYFT_POLICY"] = str(policy)
         self.proc: subprocess.Popen | None = None
 
@@ -111,43 +111,43 @@ def rayft_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def restartable_port() -> int:
-    """A free port whose next one is free too (the watch process's default, ``service.settings``), for a service that a
-    test may stop and start again on the same address.
+_given: set[int] = set()
+"""Every port :func:`free_port` gave in this process: none is given twice, though the first test's server may not have
+bound it yet when the next asks."""
+
+
+def free_port(count: int = 1) -> int:
+    """The first of ``count`` free ports in a row, for a server the test starts: its API and its watch process's
+    beside it (``service.settings``), its metrics or a probe.
 
     Why not one the OS picks (port 0): that comes from the ephemeral range, where every outbound connection of the
     session's Ray processes takes its local port. In one CI run (2026-12-07) such a connection took a stopped
-    service's watch port while a test launched a job by hand, and the service, started again, could not listen there;
-    the job it left running then failed three more tests. Ports between Ray's worker ports (10002-19999) and the
-    ephemeral range are taken by nobody by chance. Each pytest-xdist worker draws from its own part of them, so that
-    two workers never pick the same one."""
+    service's watch port while a test launched a job by hand, and the service, started again on its address, could not
+    listen there; the job it left running then failed three more tests. Ports between Ray's worker ports (10002-19999)
+    and the ephemeral range are taken by nobody by chance. Each pytest-xdist worker draws from its own part of them,
+    so that two workers never give the same one."""
     import random
     import socket
 
     low_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     first, parts = 20_000, 4
     width = (low_ephemeral - first) // parts
-    if width < 100:  # an unusual ephemeral range: none is outside it
-        return free_port()
+    if width < 100:
+        raise RuntimeError(f"the ephemeral ports start at {low_ephemeral}: no room below them for a test's servers")
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % parts
-    for port in random.sample(range(first + worker * width, first + (worker + 1) * width - 1), 50):
+    for port in random.sample(range(first + worker * width, first + (worker + 1) * width - count), 50):
+        ports = range(port, port + count)
+        if _given.intersection(ports):
+            continue
         try:
-            for candidate in (port, port + 1):
+            for candidate in ports:
                 with socket.socket() as probe:
                     probe.bind(("127.0.0.1", candidate))
         except OSError:
             continue
+        _given.update(ports)
         return port
-    raise RuntimeError(f"no free pair of ports in {first}-{low_ephemeral} after 50 tries")
-
-
-def free_port() -> int:
-    """A port nothing listens on now, for a server the test starts once (its metrics)."""
-    import socket
-
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        return free.getsockname()[1]
+    raise RuntimeError(f"no {count} free ports in a row in {first}-{low_ephemeral} after 50 tries")
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
