@@ -11,7 +11,7 @@
 # Device call (kind nvidia-h200-x2, from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: bash bench/scaling_2gpu.sh ddp        (then: bash bench/scaling_2gpu.sh fsdp)
 # Every run's spec is checked before the first builds anything: a pair the spec refuses costs seconds, not a GPU
-# call. CHECK_ONLY=1 stops after that check (tests/unit/test_bench_runs.py runs it on CPU).
+# call. CHECK_ONLY=1 stops after that check (tests/unit/bench/test_scaling_2gpu.py runs it on CPU).
 set -euo pipefail
 mode=${1:-ddp}
 one=ray_jobs/presets/qlora_7b_1gpu.yaml two=ray_jobs/presets/qlora_7b_2gpu_ddp.yaml
