@@ -27,7 +27,8 @@ python3 bench/make_random_llama.py /tmp/llama-7b 2>&1 | tail -1
 [ -f /tmp/chat.jsonl ] || python3 bench/make_chat_data.py /tmp/chat.jsonl --rows "${ROWS:-20000}"
 
 echo "== Trainer recipe" | tee "$OUT/trainer_vs_rayft.log"
-python3 bench/trainer_recipe.py /tmp/llama-7b /tmp/chat.jsonl "$OUT/trainer.json" --steps "${TRAINER_STEPS:-15}" 2>&1 | grep -v "it/s]" | tail -5 | tee -a "$OUT/trainer_vs_rayft.log"
+python3 bench/trainer_recipe.py /tmp/llama-7b /tmp/chat.jsonl "$OUT/trainer.json" --steps "${TRAINER_STEPS:-15}" 2>&1 \
+  | tr '\r' '\n' | grep -v "it/s]" | tail -5 | tee -a "$OUT/trainer_vs_rayft.log" || true  # rayft's runs go on
 
 export RAYFT_CACHE_DIR=/tmp/vs-cache  # the dataset cache, the compiled kernels and the quantized base all live here
 rm -rf "$RAYFT_CACHE_DIR" /tmp/runs/rayft-cold /tmp/runs/rayft-warm
@@ -36,8 +37,12 @@ for run in cold warm; do
   RUN_NAME=rayft-$run PRESET="$PRESET" OUT=/tmp/bench-runs/$run bash bench/qlora_7b.sh 2>&1 | tail -8 \
     | tee -a "$OUT/trainer_vs_rayft.log"
 done
-python3 bench/compare_trainer.py "$OUT/trainer_vs_rayft.png" "$OUT/trainer.json" \
-  cold=/tmp/runs/rayft-cold warm=/tmp/runs/rayft-warm | tee "$OUT/trainer_vs_rayft.md"
+if [ -f "$OUT/trainer.json" ]; then
+  python3 bench/compare_trainer.py "$OUT/trainer_vs_rayft.png" "$OUT/trainer.json" \
+    cold=/tmp/runs/rayft-cold warm=/tmp/runs/rayft-warm | tee "$OUT/trainer_vs_rayft.md"
+else  # the Trainer failed (its lines above): rayft's two runs side by side
+  python3 bench/compare_runs.py "$OUT/rayft_cold_warm.png" cold=/tmp/runs/rayft-cold warm=/tmp/runs/rayft-warm
+fi
 for run in cold warm; do
   for f in summary.json metrics.jsonl; do cp "/tmp/runs/rayft-$run/$f" "$OUT/rayft-$run.$f"; done
 done
