@@ -176,13 +176,14 @@ NOT_ONE_MODULE = {
 
 def test_the_unit_tests_are_laid_out_as_the_modules_they_test():
     """``tests/unit/ray_jobs/data/test_packing.py`` tests ``ray_jobs/data/packing.py``: a module's tests are found
-    where the module is, and a test file whose module moved or went away shows up here."""
+    where the module is, and a test file whose module moved or went away shows up here. A bench script may be a shell
+    script: ``tests/unit/bench/test_scaling_2gpu.py`` tests ``bench/scaling_2gpu.sh``."""
     unit = ROOT / "tests" / "unit"
     stray = [
         str(rel)
         for path in unit.rglob("test_*.py")
         if (rel := path.relative_to(unit)).parent != Path(".")
         and str(rel) not in NOT_ONE_MODULE
-        and not (ROOT / rel.parent / f"{rel.name.removeprefix('test_')}").exists()
+        and not any((ROOT / rel.parent / f"{rel.stem.removeprefix('test_')}{ext}").exists() for ext in (".py", ".sh"))
     ]
     assert not stray, f"no module at the same path for {stray}"
