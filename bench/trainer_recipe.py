@@ -30,16 +30,13 @@ import argparse
 import dataclasses
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 STARTED = time.time()  # before the heavy imports below: they are part of a Trainer job's time to its first step
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
-
-RECIPE = (
-    "Trainer + PEFT QLoRA: NF4, prepare_model_for_kbit_training, gradient checkpointing, micro-batch 4, padded to the longest"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,22 +175,23 @@ def run(args: argparse.Namespace) -> TrainerRun:
     steps: list[TrainerStep] = []
     losses: dict[int, float] = {}
 
+    first_step: list[float] = []  # the epoch time the first step ended
+
     class Clock(TrainerCallback):
         """Each optimizer step's wall time, from the end of the one before (the first from the loop's start)."""
 
         last = 0.0
 
         def on_train_begin(self, *_: Any, **__: Any) -> None:
-            Clock.last = time.perf_counter()
+            self.last = time.perf_counter()
 
         def on_step_end(self, _args: Any, state: Any, *_: Any, **__: Any) -> None:
             if on_gpu:
                 torch.cuda.synchronize()
             now = time.perf_counter()
             tokens, processed, attn_ctx = counts.take()
-            steps.append(TrainerStep(state.global_step, now - Clock.last, tokens, processed, attn_ctx, collator.seconds, None))
-            collator.seconds = 0.0
-            Clock.last = now
+            steps.append(TrainerStep(state.global_step, now - self.last, tokens, processed, attn_ctx, collator.seconds, None))
+            collator.seconds, self.last = 0.0, now
             if len(steps) == 1:
                 first_step.append(time.time())
 
@@ -206,9 +204,9 @@ def run(args: argparse.Namespace) -> TrainerRun:
             counts.add(inputs["attention_mask"])
             return super().training_step(model, inputs, *rest, **kw)
 
-    first_step: list[float] = []
+    scratch = tempfile.TemporaryDirectory(prefix="trainer-recipe-")  # the Trainer's output_dir: nothing is saved there
     training = TrainingArguments(
-        output_dir=str(Path(args.out).with_suffix(".trainer")),
+        output_dir=scratch.name,
         per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=args.accumulation,
         max_steps=args.steps,
@@ -227,10 +225,14 @@ def run(args: argparse.Namespace) -> TrainerRun:
         remove_unused_columns=False,
         seed=0,
     )
-    CountingTrainer(model=model, args=training, train_dataset=rows, data_collator=collator, callbacks=[Clock()]).train()
+    with scratch:
+        CountingTrainer(model=model, args=training, train_dataset=rows, data_collator=collator, callbacks=[Clock()]).train()
     steps = [dataclasses.replace(s, loss=losses.get(s.step)) for s in steps]
     return TrainerRun(
-        recipe=RECIPE if on_gpu else RECIPE.replace("NF4", "fp32 base on CPU (no 4-bit)"),
+        recipe=(
+            f"Trainer + PEFT QLoRA: {'NF4' if on_gpu else 'fp32 base on CPU (no 4-bit)'}, prepare_model_for_kbit_training, "
+            f"gradient checkpointing, micro-batch {args.micro_batch} x {args.accumulation} accumulation, padded to the longest"
+        ),
         steps=steps,
         warmup=min(args.warmup, max(len(steps) - 1, 0)),
         micro_batch=args.micro_batch,
