@@ -51,17 +51,32 @@ def rayft_row(name: str, run_dir: Path) -> Row:
                s.time_to_first_step_s)  # fmt: skip
 
 
+def ahead_from(base: Row, run: Row) -> float | None:
+    """Seconds from the start after which ``run`` has trained more tokens than ``base``: each trains at its steady rate
+    from its first step on (the first step's own tokens and the warm-up's slower steps are left out on both sides).
+    0 if it is ahead from the start; None if it never catches up."""
+    if base.first_step_s is None or run.first_step_s is None:
+        return None
+    if run.first_step_s <= base.first_step_s and run.tokens_per_s >= base.tokens_per_s:
+        return 0.0
+    if run.tokens_per_s <= base.tokens_per_s:
+        return None
+    # run.tps * (t - run.first) = base.tps * (t - base.first)
+    return (run.tokens_per_s * run.first_step_s - base.tokens_per_s * base.first_step_s) / (run.tokens_per_s - base.tokens_per_s)
+
+
 def table(rows: list[Row]) -> str:
     base = rows[0].tokens_per_s or float("nan")
     lines = [
-        "| run | steady tokens/s | vs Trainer | MFU | peak GiB | data wait | padding | first step s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | steady tokens/s | vs Trainer | MFU | peak GiB | data wait | padding | first step s | ahead of the Trainer from |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        ahead = "-" if r is rows[0] else (f"{t:.0f} s" if (t := ahead_from(rows[0], r)) is not None else "never")
         lines.append(
             f"| {r.name} | {r.tokens_per_s:,.0f} | {r.tokens_per_s / base:.1f}x | {'-' if r.mfu is None else f'{r.mfu:.1%}'} "
             f"| {'-' if r.peak_gb is None else f'{r.peak_gb:.1f}'} | {r.data_wait:.1%} | {r.padding:.1%} "
-            f"| {'-' if r.first_step_s is None else f'{r.first_step_s:.1f}'} |"
+            f"| {'-' if r.first_step_s is None else f'{r.first_step_s:.1f}'} | {ahead} |"
         )
     return "\n".join(lines + ["", *(f"- {r.name}: {r.recipe}" for r in rows)])
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bench.compare_trainer import Row, ahead_from
 from bench.compare_trainer import main as compare
 from bench.trainer_recipe import TrainerRun, TrainerStep
 from rayft_contract.phases import Phase
@@ -76,7 +77,14 @@ def test_the_table_gives_each_rayft_run_its_ratio_to_the_trainer(tmp_path, capsy
         (tmp_path / name / "summary.json").write_text(json.dumps(summary.to_dict()))
     compare([str(tmp_path / "vs.png"), str(tmp_path / "trainer.json"), f"cold={tmp_path / 'cold'}", f"warm={tmp_path / 'warm'}"])
     rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
-    assert "| 1,400 | 1.0x | - | 20.0 | 10.0% | 50.0% | 40.0 |" in rows["Trainer"]
-    assert "| 11,200 | 8.0x | 60.0% | 81.5 | 1.0% | 0.1% | 70.0 |" in rows["rayft cold"]
-    assert "| 11,340 | 8.1x |" in rows["rayft warm"] and rows["rayft warm"].endswith("| 30.0 |")
+    assert "| 1,400 | 1.0x | - | 20.0 | 10.0% | 50.0% | 40.0 | - |" in rows["Trainer"]
+    # 11,200 tokens/s from 70 s catches 1,400 from 40 s at (11,200 x 70 - 1,400 x 40) / 9,800 = 74.3 s
+    assert "| 11,200 | 8.0x | 60.0% | 81.5 | 1.0% | 0.1% | 70.0 | 74 s |" in rows["rayft cold"]
+    assert "| 11,340 | 8.1x |" in rows["rayft warm"] and rows["rayft warm"].endswith("| 30.0 | 0 s |")  # sooner and faster
     assert (tmp_path / "vs.png").stat().st_size > 0
+
+
+def test_a_run_slower_than_the_trainer_is_never_ahead_of_it():
+    trainer = Row("Trainer", "", 1400.0, None, None, 0.0, 0.5, 40.0)
+    assert ahead_from(trainer, Row("slow", "", 1000.0, None, None, 0.0, 0.0, 10.0)) is None
+    assert ahead_from(trainer, Row("late", "", 2800.0, None, None, 0.0, 0.0, 80.0)) == pytest.approx(120.0)
