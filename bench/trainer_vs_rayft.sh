@@ -8,11 +8,11 @@
 #   rayft warm:  the same again: the dataset cache hits, the kernels and the quantized base are read.
 # The model is built and written before the Trainer runs, so all three read it from the page cache.
 # Ends with bench/compare_trainer.py's table (steady real tokens/s, the ratio to the Trainer, MFU, peak memory, data
-# wait, padding, time to the first step) and its plot, in $OUT.
+# wait, padding, time to the first step, and from when rayft has trained more tokens) and its plot, in $OUT.
 #
 # Device call (kind nvidia-h200, from the repo root, after ../shared/device/make-bundle.sh):
-#   carry: [".gpu"]   command: bash bench/trainer_vs_rayft.sh        (estimated at 7 minutes: model 25 s, Trainer 90 s,
-#                     rayft cold 120 s and warm 80 s at STEPS=20)
+#   carry: [".gpu"]   command: bash bench/trainer_vs_rayft.sh        (about 6.5 minutes, from its parts on an H100: model
+#                     and data 30 s, Trainer 95 s, rayft cold 150 s and warm 105 s at these step counts)
 # CHECK_ONLY=1 checks rayft's spec and stops (no GPU needed).
 set -euo pipefail
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
