@@ -72,7 +72,10 @@ def table(rows: list[Row]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ahead = "-" if r is rows[0] else (f"{t:.0f} s" if (t := ahead_from(rows[0], r)) is not None else "never")
+        if r is rows[0] or r.first_step_s is None or rows[0].first_step_s is None:
+            ahead = "-"  # the reference itself, or a run that never reached a step
+        else:
+            ahead = f"{t:.0f} s" if (t := ahead_from(rows[0], r)) is not None else "never"
         lines.append(
             f"| {r.name} | {r.tokens_per_s:,.0f} | {r.tokens_per_s / base:.1f}x | {'-' if r.mfu is None else f'{r.mfu:.1%}'} "
             f"| {'-' if r.peak_gb is None else f'{r.peak_gb:.1f}'} | {r.data_wait:.1%} | {r.padding:.1%} "
@@ -87,7 +90,7 @@ def plot(rows: list[Row], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_tps, ax_first) = plt.subplots(1, 2, figsize=(11, 3.2))
+    fig, (ax_tps, ax_first, ax_tokens) = plt.subplots(1, 3, figsize=(15, 3.4))
     names = [r.name for r in rows]
     ax_tps.barh(names, [r.tokens_per_s for r in rows], color=["grey"] + ["tab:blue"] * (len(rows) - 1))
     for i, r in enumerate(rows):
@@ -99,6 +102,13 @@ def plot(rows: list[Row], out: Path) -> None:
     ax_first.set(xlabel="seconds", title="time to the first step")
     for ax in (ax_tps, ax_first):
         ax.invert_yaxis()
+    # Tokens trained against time from the start, each at its steady rate from its first step (as ahead_from reckons)
+    started = [r for r in rows if r.first_step_s is not None]
+    end = 2 * max((ahead_from(rows[0], r) or 0.0 for r in started[1:]), default=0.0) or 2 * max(r.first_step_s for r in started)
+    for r, color in zip(started, ["grey", "tab:blue", "tab:green", "tab:red", "tab:purple"]):
+        ax_tokens.plot([0, r.first_step_s, end], [0, 0, r.tokens_per_s * (end - r.first_step_s) / 1e6], color=color, label=r.name)
+    ax_tokens.set(xlabel="seconds from the start", ylabel="million tokens", title="tokens trained (steady rates)")
+    ax_tokens.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench.compare_trainer import Row, ahead_from
+from bench.compare_trainer import Row, ahead_from, table
 from bench.compare_trainer import main as compare
 from bench.trainer_recipe import TrainerRun, TrainerStep
 from rayft_contract.phases import Phase
@@ -88,3 +88,8 @@ def test_a_run_slower_than_the_trainer_is_never_ahead_of_it():
     trainer = Row("Trainer", "", 1400.0, None, None, 0.0, 0.5, 40.0)
     assert ahead_from(trainer, Row("slow", "", 1000.0, None, None, 0.0, 0.0, 10.0)) is None
     assert ahead_from(trainer, Row("late", "", 2800.0, None, None, 0.0, 0.0, 80.0)) == pytest.approx(120.0)
+
+
+def test_a_run_that_never_reached_a_step_has_no_catch_up_time_in_the_table():
+    rows = [Row("Trainer", "", 1400.0, None, None, 0.0, 0.5, 40.0), Row("rayft failed", "", 0.0, None, None, 0.0, 0.0, None)]
+    assert table(rows).splitlines()[3].endswith("| - | - |")
