@@ -38,9 +38,11 @@ from typing import Any
 STARTED = time.time()  # before the heavy imports below: they are part of a Trainer job's time to its first step
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
+from rayft_contract.records import Record  # noqa: E402
+
 
 @dataclasses.dataclass(frozen=True)
-class TrainerStep:
+class TrainerStep(Record):
     step: int
     seconds: float
     tokens: int
@@ -55,11 +57,11 @@ class TrainerStep:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainerRun:
+class TrainerRun(Record):
     """One run of the Trainer recipe: the figures rayft's ``JobSummary`` gives for a job, for the same table."""
 
     recipe: str
-    steps: list[TrainerStep]
+    steps: tuple[TrainerStep, ...]
     warmup: int
     micro_batch: int
     accumulation: int
@@ -67,10 +69,10 @@ class TrainerRun:
     time_to_first_step_s: float
     gpu_mem_peak_gb: float | None
     peak_flops: float | None
-    model_flops_per_step: list[float]
+    model_flops_per_step: tuple[float, ...]
     quantized: bool
 
-    def steady(self) -> list[TrainerStep]:
+    def steady(self) -> tuple[TrainerStep, ...]:
         return self.steps[self.warmup :] or self.steps[-1:]
 
     @property
@@ -97,14 +99,11 @@ class TrainerRun:
 
     def to_json(self) -> str:
         figures = {k: getattr(self, k) for k in ("steady_tokens_per_s", "mfu", "data_wait_frac", "padding_frac")}
-        return json.dumps({**dataclasses.asdict(self), **figures}, indent=1)
+        return json.dumps({**self.to_dict(), **figures}, indent=1)  # the figures for a reader of the file; from_json skips them
 
     @classmethod
     def from_json(cls, text: str) -> TrainerRun:
-        raw = json.loads(text)
-        fields = {f.name for f in dataclasses.fields(cls)}
-        raw["steps"] = [TrainerStep(**s) for s in raw["steps"]]
-        return cls(**{k: v for k, v in raw.items() if k in fields})
+        return cls.from_dict(json.loads(text))
 
 
 class TokenizingCollator:
@@ -227,21 +226,21 @@ def run(args: argparse.Namespace) -> TrainerRun:
     )
     with scratch:
         CountingTrainer(model=model, args=training, train_dataset=rows, data_collator=collator, callbacks=[Clock()]).train()
-    steps = [dataclasses.replace(s, loss=losses.get(s.step)) for s in steps]
+    trained = tuple(dataclasses.replace(s, loss=losses.get(s.step)) for s in steps)
     return TrainerRun(
         recipe=(
             f"Trainer + PEFT QLoRA: {'NF4' if on_gpu else 'fp32 base on CPU (no 4-bit)'}, prepare_model_for_kbit_training, "
             f"gradient checkpointing, micro-batch {args.micro_batch} x {args.accumulation} accumulation, padded to the longest"
         ),
-        steps=steps,
-        warmup=min(args.warmup, max(len(steps) - 1, 0)),
+        steps=trained,
+        warmup=min(args.warmup, max(len(trained) - 1, 0)),
         micro_batch=args.micro_batch,
         accumulation=args.accumulation,
         max_seq_len=args.max_seq_len,
         time_to_first_step_s=first_step[0] - args.started,
         gpu_mem_peak_gb=torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None,
         peak_flops=peak_flops(torch.device("cuda")) if on_gpu else None,
-        model_flops_per_step=[step_flops(shape, s.tokens, s.attn_ctx)[0] for s in steps],
+        model_flops_per_step=tuple(step_flops(shape, s.tokens, s.attn_ctx)[0] for s in trained),
         quantized=on_gpu,
     )
 

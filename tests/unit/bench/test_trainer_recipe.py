@@ -53,9 +53,9 @@ def test_batches_padded_to_the_longest_count_only_their_real_tokens(tiny, tmp_pa
 
 
 def test_the_steady_figures_leave_out_the_warm_up_steps():
-    steps = [TrainerStep(1, 10.0, 100, 200, 1000, 5.0, 2.0), TrainerStep(2, 1.0, 1000, 1200, 1000, 0.1, 1.9),
-             TrainerStep(3, 1.0, 3000, 3100, 1000, 0.1, 1.8)]  # fmt: skip
-    run = TrainerRun("r", steps, 1, 4, 4, 2048, 12.0, 3.0, 1e6, [1e6, 2e6, 4e6], True)
+    steps = (TrainerStep(1, 10.0, 100, 200, 1000, 5.0, 2.0), TrainerStep(2, 1.0, 1000, 1200, 1000, 0.1, 1.9),
+             TrainerStep(3, 1.0, 3000, 3100, 1000, 0.1, 1.8))  # fmt: skip
+    run = TrainerRun("r", steps, 1, 4, 4, 2048, 12.0, 3.0, 1e6, (1e6, 2e6, 4e6), True)
     assert run.steady_tokens_per_s == 2000
     assert run.mfu == pytest.approx(3.0)  # (2e6 + 4e6) FLOPs over 2 s against a 1e6 peak
     assert run.data_wait_frac == pytest.approx(0.1)
@@ -64,8 +64,8 @@ def test_the_steady_figures_leave_out_the_warm_up_steps():
 
 
 def test_the_table_gives_each_rayft_run_its_ratio_to_the_trainer(tmp_path, capsys):
-    trainer = TrainerRun("trainer", [TrainerStep(1, 2.0, 1000, 2000, 1, 0.0, 2.0), TrainerStep(2, 1.0, 1400, 2800, 1, 0.1, 1.9)],
-                         1, 4, 4, 2048, 40.0, 20.0, None, [0.0, 0.0], True)  # fmt: skip
+    trainer = TrainerRun("trainer", (TrainerStep(1, 2.0, 1000, 2000, 1, 0.0, 2.0), TrainerStep(2, 1.0, 1400, 2800, 1, 0.1, 1.9)),
+                         1, 4, 4, 2048, 40.0, 20.0, None, (0.0, 0.0), True)  # fmt: skip
     (tmp_path / "trainer.json").write_text(trainer.to_json())
     for name, tps, first in (("cold", 11_200, 70.0), ("warm", 11_340, 30.0)):
         (tmp_path / name).mkdir()
