@@ -11,8 +11,8 @@
 # wait, padding, time to the first step, and from when rayft has trained more tokens) and its plot, in $OUT.
 #
 # Device call (kind nvidia-h200, from the repo root, after ../shared/device/make-bundle.sh):
-#   carry: [".gpu"]   command: bash bench/trainer_vs_rayft.sh        (about 6.5 minutes, from its parts on an H100: model
-#                     and data 30 s, Trainer 95 s, rayft cold 150 s and warm 105 s at these step counts)
+#   carry: [".gpu"]   command: bash bench/trainer_vs_rayft.sh        (about 6.5 minutes on an H100 at these step counts;
+#                     315 s for the whole script there with TRAINER_STEPS=10 STEPS=12)
 # CHECK_ONLY=1 checks rayft's spec and stops (no GPU needed).
 set -euo pipefail
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
