@@ -11,8 +11,8 @@
 # wait, padding, time to the first step, and from when rayft has trained more tokens) and its plot, in $OUT.
 #
 # Device call (kind nvidia-h200, from the repo root, after ../shared/device/make-bundle.sh):
-#   carry: [".gpu"]   command: bash bench/trainer_vs_rayft.sh        (about 6.5 minutes on an H100 at these step counts;
-#                     315 s for the whole script there with TRAINER_STEPS=10 STEPS=12)
+#   carry: [".gpu"]   command: bash bench/trainer_vs_rayft.sh        (about 6.5 minutes on an H100 at these step counts,
+#                     reckoned from its parts; measured whole there: 315 s with TRAINER_STEPS=10 STEPS=12)
 # CHECK_ONLY=1 checks rayft's spec and stops (no GPU needed).
 set -euo pipefail
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
@@ -37,12 +37,12 @@ for run in cold warm; do
   RUN_NAME=rayft-$run PRESET="$PRESET" OUT=/tmp/bench-runs/$run bash bench/qlora_7b.sh 2>&1 | tail -8 \
     | tee -a "$OUT/trainer_vs_rayft.log"
 done
-if [ -f "$OUT/trainer.json" ]; then
-  python3 bench/compare_trainer.py "$OUT/trainer_vs_rayft.png" "$OUT/trainer.json" \
-    cold=/tmp/runs/rayft-cold warm=/tmp/runs/rayft-warm | tee "$OUT/trainer_vs_rayft.md"
-else  # the Trainer failed (its lines above): rayft's two runs side by side
-  python3 bench/compare_runs.py "$OUT/rayft_cold_warm.png" cold=/tmp/runs/rayft-cold warm=/tmp/runs/rayft-warm
-fi
-for run in cold warm; do
-  for f in summary.json metrics.jsonl; do cp "/tmp/runs/rayft-$run/$f" "$OUT/rayft-$run.$f"; done
+for run in cold warm; do  # $OUT as bench/trainer_vs_rayft_h100/ keeps it: compare_trainer.py reads it back as it is
+  mkdir -p "$OUT/$run" && cp /tmp/runs/rayft-$run/{summary.json,metrics.jsonl} "$OUT/$run/"
 done
+if [ -f "$OUT/trainer.json" ]; then
+  python3 bench/compare_trainer.py "$OUT/trainer_vs_rayft.png" "$OUT/trainer.json" cold="$OUT/cold" warm="$OUT/warm" \
+    | tee "$OUT/trainer_vs_rayft.md"
+else  # the Trainer failed (its lines above): rayft's two runs side by side
+  python3 bench/compare_runs.py "$OUT/rayft_cold_warm.png" cold="$OUT/cold" warm="$OUT/warm"
+fi
