@@ -145,6 +145,10 @@ def _warmup_label(summary: JobSummary) -> str:
     return f"warm-up ({warm} slow steps)" if warm else "first step (outside steady state)"
 
 
+COLLECTOR_FRAC = 0.01
+"""The collector's share of the steady steps from which the summary shows it: below, it is not where the time went."""
+
+
 def _efficiency_rows(summary: JobSummary) -> list[tuple[str, str]]:
     eff = summary.efficiency
     if not eff.steady_steps:
@@ -158,6 +162,11 @@ def _efficiency_rows(summary: JobSummary) -> list[tuple[str, str]]:
         rows.append(("attention", summary.attention))
     if summary.micro_batch:
         rows.append(("micro-batch", summary.micro_batch))
+    if eff.collector_s >= COLLECTOR_FRAC * eff.step_time_s * eff.steady_steps:  # ray_jobs.observe.collector
+        share = eff.collector_s / (eff.step_time_s * eff.steady_steps)
+        rows.append(
+            ("Python's garbage collector", f"{eff.collector_s:.2f} s inside the steps ({share:.1%}), {eff.full_collections} full")
+        )
     return rows
 
 

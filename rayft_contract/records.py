@@ -46,6 +46,12 @@ class StepRecord(Record):
     """Examples trained on."""
     attn_ctx: int
     """Sum over real tokens of their causal context length (what attention FLOPs scale with)."""
+    collector_s: float = 0.0
+    """Seconds Python's garbage collector ran during the step, on the worker that recorded it. Inside the phases, not
+    beside them: a collection holds the GIL, so the step's thread waits in whichever phase it was (``ray_jobs.observe
+    .collector``)."""
+    full_collections: int = 0
+    """Of those collections, the full ones (the oldest generation's): the ones that walk every object not frozen."""
 
     def __post_init__(self) -> None:
         unknown = set(self.phases) - {p.value for p in Phase if p.in_step}
@@ -266,6 +272,9 @@ class Efficiency(Record):
     flops_per_s: float | None = None
     gpu_mem_peak_gb: float | None = None
     gpu_mem_total_gb: float | None = None
+    collector_s: float = 0.0
+    """Seconds Python's garbage collector ran inside the steady steps (:attr:`StepRecord.collector_s`)."""
+    full_collections: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

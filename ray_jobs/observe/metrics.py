@@ -7,6 +7,10 @@ backward, optimizer) are timed with CUDA events on the current stream, never wit
 around asynchronous work; the events are resolved at the next report, when the loop has synced.
 On CPU every phase is synchronous and uses the host clock.
 
+A meter given the job's :class:`~ray_jobs.observe.collector.Collector` records, with each step, how long Python's
+garbage collector ran inside it and how many of its collections were full ones; :meth:`StepMeter.close` hands the
+collector back as it found it.
+
 ``meter.window()`` returns the finished steps since the last window, one
 :class:`~rayft_contract.records.StepRecord` each (``step_timing``), and the rates the progress bar
 shows, from the same records: the :class:`~rayft_contract.records.Progress` fields of the next report.
@@ -19,13 +23,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ray_jobs.observe.collector import Collector
 from rayft_contract.phases import Phase
 from rayft_contract.records import StepRecord
 
 
 class StepMeter:
-    def __init__(self, device: Any = None):
+    def __init__(self, device: Any = None, collector: Collector | None = None):
         self.cuda = device is not None and getattr(device, "type", "cpu") == "cuda"
+        self.collector = collector
         self._done: list[dict[str, Any]] = []
         self._host: dict[str, float] = {}
         self._events: list[tuple[str, Any, Any]] = []
@@ -53,6 +59,7 @@ class StepMeter:
     def end_step(self, step: int, tokens: int, processed: int, samples: int, attn_ctx: int) -> None:
         """Close step ``step``, which began at the previous ``end_step`` (or at construction)."""
         now = time.perf_counter()
+        collector_s, full = self.collector.take() if self.collector else (0.0, 0)
         self._done.append(
             {
                 "step": step,
@@ -63,6 +70,8 @@ class StepMeter:
                 "processed": processed,
                 "samples": samples,
                 "attn_ctx": attn_ctx,
+                "collector_s": collector_s,
+                "full_collections": full,
             }
         )
         self._host, self._events, self._t0 = {}, [], now
@@ -89,3 +98,32 @@ class StepMeter:
             "data_wait_frac": data_wait / wall,
             "step_timing": tuple(steps),
         }
+
+    def close(self) -> None:
+        """The collector as it was before the steps (its start-up no longer frozen), whatever ended them."""
+        if self.collector is not None:
+            self.collector.close()
+
+
+def step_counts(group: list[dict[str, Any]]) -> Any:
+    """This worker's [label tokens, real tokens, examples, processed tokens, attention context] of one step.
+
+    Attention context: each real token attends to its position + 1 tokens (causal, within its
+    example), the figure attention FLOPs scale with.
+    """
+    import torch
+
+    out = torch.zeros(5, dtype=torch.float64)
+    for b in group:
+        real = torch.arange(b["input_ids"].shape[1]) < b["num_tokens"][:, None]
+        out += torch.tensor(
+            [
+                (b["labels"] != -100).sum(),
+                b["num_tokens"].sum(),
+                b["num_examples"].sum(),
+                b["input_ids"].numel(),
+                ((b["position_ids"] + 1) * real).sum(),
+            ],
+            dtype=torch.float64,
+        )
+    return out

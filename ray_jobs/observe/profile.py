@@ -229,6 +229,8 @@ class JobProfile:
             padding_frac=1 - sum(s.tokens for s in self.steps) / max(sum(s.processed for s in self.steps), 1),
             gpu_mem_peak_gb=self.gpu_mem_peak_gb,
             gpu_mem_total_gb=self.gpu_mem_total_gb,
+            collector_s=sum(s.collector_s for s in steady),
+            full_collections=sum(s.full_collections for s in steady),
             **flops,
         )
 

@@ -22,7 +22,8 @@ from typing import Any
 from ray_jobs.chaos import NO_CHAOS, Chaos
 from ray_jobs.data.order import ROW_ID, CachedOrder, micro_batches
 from ray_jobs.data.packing import shape_multiple
-from ray_jobs.observe.metrics import StepMeter
+from ray_jobs.observe.collector import Collector
+from ray_jobs.observe.metrics import StepMeter, step_counts
 from ray_jobs.observe.profile import peak_flops
 from ray_jobs.observe.torch_trace import StepTrace
 from ray_jobs.train import checkpoint, compile_ahead, kernels, session
@@ -81,11 +82,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     report), then one closing report."""
     started = time.time()
     loop = _Loop.set_up(config["loop"], started)
-    loop.baseline()
-    while not loop.done:
-        loss, counts = loop.step()
-        loop.tail(loss, counts)
-    loop.close()
+    try:
+        loop.baseline()
+        while not loop.done:
+            loss, counts = loop.step()
+            loop.tail(loss, counts)
+        loop.close()
+    finally:  # a warm worker's process runs the next job: the collector goes back as it was (observe.collector)
+        loop.meter.close()
 
 
 @dataclasses.dataclass
@@ -213,8 +217,9 @@ class _Loop:
                     eval_samples=self.answers.take(),
                 )
                 session.current().report(report.to_dict())
+        collector = Collector.for_steps()  # the start-up frozen: no full collection walks it inside a step
         self.setup["loop_start_ts"] = time.time()  # setup goes out with the first step's report
-        self.meter = StepMeter(self.device)
+        self.meter = StepMeter(self.device, collector)
         self.trace = StepTrace.from_env(self.rank, self.cfg.spec.run_dir)  # torch.profiler on a window of steps, if asked
 
     def step(self) -> tuple[float, Any]:
@@ -227,7 +232,7 @@ class _Loop:
         with meter.phase("data_wait"):
             group = [next(self.batches) for _ in range(spec.grad_accum_steps)]
         chaos.rows_seen(state.step + 1, self.rank, spec.run_dir, [b.pop(ROW_ID, None) for b in group])
-        counts = _count(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
+        counts = step_counts(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
         with meter.phase("h2d", gpu=True):
             group = [{k: v.to(self.device, non_blocking=True) for k, v in b.items()} for b in group]
             counts = strategies.all_reduce(counts.to(self.device)).cpu()
@@ -374,27 +379,3 @@ def _timed(into: dict[str, float], key: str) -> Iterator[None]:
         yield
     finally:
         into[key] = into.get(key, 0.0) + time.perf_counter() - t0
-
-
-def _count(group: list[dict[str, Any]]) -> Any:
-    """This worker's [label tokens, real tokens, examples, processed tokens, attention context] of one step.
-
-    Attention context: each real token attends to its position + 1 tokens (causal, within its
-    example), the figure attention FLOPs scale with.
-    """
-    import torch
-
-    out = torch.zeros(5, dtype=torch.float64)
-    for b in group:
-        real = torch.arange(b["input_ids"].shape[1]) < b["num_tokens"][:, None]
-        out += torch.tensor(
-            [
-                (b["labels"] != -100).sum(),
-                b["num_tokens"].sum(),
-                b["num_examples"].sum(),
-                b["input_ids"].numel(),
-                ((b["position_ids"] + 1) * real).sum(),
-            ],
-            dtype=torch.float64,
-        )
-    return out

@@ -203,3 +203,12 @@ def test_a_workers_start_is_split_at_its_process_launch_and_a_process_started_be
     assert (rows["worker_launch"], rows["worker_start"]) == (0.0, 19.0)
     p.setup = SetupTimes(worker_start_ts=119.0, loop_start_ts=125.0)  # a worker that did not say
     assert p.breakdown(wall=60.0)["worker_start"] == 19.0
+
+
+def test_the_collectors_time_counts_in_the_efficiency_from_the_steady_steps_only():
+    first = {**step(wall=5.0), "collector_s": 3.0, "full_collections": 4}  # the first step: outside steady state
+    steady = {**step(), "collector_s": 0.1, "full_collections": 1}
+    eff = profile_of([first] + [steady] * 9).efficiency()
+    assert eff.steady_steps >= 1
+    assert eff.collector_s == pytest.approx(0.1 * eff.steady_steps)
+    assert eff.full_collections == eff.steady_steps
