@@ -6,8 +6,10 @@
 #   warm-auto    as Python leaves it again;
 #   warm-freeze  frozen again.
 # Every run trains the same batches in the same order, so a step that is slow in every "auto" run and not in the
-# "freeze" runs, with the collector's seconds inside it, is the collector's. Ends with bench/gc_steps.py's table and
-# plot and bench/compare_runs.py's (the loss at equal steps: the collector must not change it), in $OUT.
+# "freeze" runs, with the collector's seconds inside it, is the collector's. The GPU's SM clock, power, temperature
+# and throttle reasons are sampled every 0.25 s through all four ($OUT/smi.csv), to tell a slow step of the GPU's own
+# from one of the host. Ends with bench/gc_steps.py's tables and plot and bench/compare_runs.py's (the loss at equal
+# steps: the collector must not change it), in $OUT; the runs' records in $OUT/runs.tgz (a call returns 8 files).
 #
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: bash bench/gc_7b.sh          (about 6.5 minutes on an H100 at STEPS=12)
@@ -18,16 +20,24 @@ CHECK_ONLY=1 PY="${PY:-python3}" PRESET="$PRESET" bash bench/qlora_7b.sh  # the 
 [ -z "${CHECK_ONLY:-}" ] || exit 0
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 export STEPS=${STEPS:-12} LOG_EVERY=1 RAYFT_CACHE_DIR=/tmp/gc-cache
-rm -rf "$RAYFT_CACHE_DIR"
+rm -rf "$RAYFT_CACHE_DIR" /tmp/gc-records
 runs=(cold-auto:auto warm-freeze:freeze warm-auto:auto warm-freeze-2:freeze)
+smi=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
+nvidia-smi --query-gpu=$smi --format=csv,noheader,nounits > /dev/null 2>&1 || smi=${smi/clocks_event/clocks_throttle}
+( while :; do echo "$(date +%s.%N), $(nvidia-smi --query-gpu=${smi#timestamp,} --format=csv,noheader,nounits)"; sleep 0.25
+  done > "$OUT/smi.csv" ) &
+sampler=$!
+trap 'kill $sampler 2>/dev/null || true' EXIT
 for run in "${runs[@]}"; do
   name=${run%%:*}
   echo "== $name" | tee -a "$OUT/gc.log"
   rm -rf "/tmp/runs/gc-$name"
   RAYFT_GC=${run##*:} RUN_NAME=gc-$name PRESET="$PRESET" OUT=/tmp/bench-runs/$name bash bench/qlora_7b.sh 2>&1 | tail -16 \
     | tee -a "$OUT/gc.log"
-  mkdir -p "$OUT/$name" && cp "/tmp/runs/gc-$name"/{summary.json,metrics.jsonl} "$OUT/$name/"
+  mkdir -p "/tmp/gc-records/$name" && cp "/tmp/runs/gc-$name"/{summary.json,metrics.jsonl} "/tmp/gc-records/$name/"
 done
-named=(); for run in "${runs[@]}"; do named+=("${run%%:*}=$OUT/${run%%:*}"); done
-python3 bench/gc_steps.py "$OUT/gc_steps.png" "${named[@]}" | tee "$OUT/gc_steps.md"
+kill $sampler
+tar czf "$OUT/runs.tgz" -C /tmp/gc-records .
+named=(); for run in "${runs[@]}"; do named+=("${run%%:*}=/tmp/gc-records/${run%%:*}"); done
+python3 bench/gc_steps.py "$OUT/gc_steps.png" --smi "$OUT/smi.csv" "${named[@]}" | tee "$OUT/gc_steps.md"
 python3 bench/compare_runs.py "$OUT/gc_runs.png" "${named[@]}" | tee "$OUT/gc_runs.md"

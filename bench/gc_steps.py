@@ -2,11 +2,14 @@
 collector as Python leaves it (``RAYFT_GC=auto``) and with the job's start-up frozen (the default;
 ``ray_jobs.observe.collector``). Made by ``bench/gc_7b.sh``; reads the runs' ``metrics.jsonl``.
 
-    python3 bench/gc_steps.py OUT.png cold-auto=DIR warm-freeze=DIR warm-auto=DIR ...
+    python3 bench/gc_steps.py OUT.png [--smi SMI.csv] cold-auto=DIR warm-freeze=DIR warm-auto=DIR ...
 
 Prints one Markdown table (per run: median steady step, its slowest step and what the collector took there, the
 collector's seconds and full collections over the steady steps) and draws each run's step times with the collector's
-share of each step.
+share of each step. ``--smi``: the GPU's clock, power and temperature sampled during the runs (``bench/gc_7b.sh``
+writes it: ``epoch seconds, SM MHz, W, C, throttle reasons`` a line); each step's mean SM clock and power are then
+set beside its seconds (a step is placed in time from its worker's ``loop_start_ts`` and the walls before it), in a
+second table and a second panel: whether a slow step is the host's or the GPU's.
 """
 
 from __future__ import annotations
@@ -29,6 +32,52 @@ def steps_of(run_dir: Path) -> list[StepRecord]:
     return [steps[k] for k in sorted(steps) if k > 1]
 
 
+def step_spans(run_dir: Path, steps: list[StepRecord]) -> dict[int, tuple[float, float]]:
+    """Each step's (start, end) on the worker's clock: the loop's start plus the walls of the steps before it."""
+    start = None
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        start = start or (json.loads(line).get("setup") or {}).get("loop_start_ts")
+    if start is None:
+        return {}
+    spans, t = {}, start
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        for s in map(StepRecord.from_dict, json.loads(line).get("step_timing", [])):
+            spans[s.step] = (t, t + s.wall)
+            t += s.wall
+    return {s.step: spans[s.step] for s in steps if s.step in spans}
+
+
+def gpu_during(samples: list[tuple[float, ...]], span: tuple[float, float]) -> tuple[float, float, str]:
+    """Mean SM clock (MHz) and power (W) of the samples inside ``span``, and the throttle reasons seen there."""
+    inside = [x for x in samples if span[0] <= x[0] <= span[1]]
+    if not inside:
+        return float("nan"), float("nan"), ""
+    reasons = sorted({x[4] for x in inside if x[4] not in ("0x0000000000000000", "")})
+    return statistics.mean(x[1] for x in inside), statistics.mean(x[2] for x in inside), " ".join(reasons)
+
+
+def read_smi(path: str) -> tuple[list[tuple], list[str]]:
+    """The samples, and the lines that are not one."""
+    rows, skipped = [], []
+    for line in Path(path).read_text().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            rows.append((float(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]), parts[4] if len(parts) > 4 else ""))
+        except (ValueError, IndexError):  # nvidia-smi's own error lines, a sample cut by the end of a run
+            skipped.append(line)
+    return rows, skipped
+
+
+def gpu_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], samples: list[tuple]) -> str:
+    lines = ["| run | step | s | collector s | SM MHz | W | throttle reasons |", "|---|---|---|---|---|---|---|"]
+    for name, steps in runs.items():
+        for s in steps:
+            if s.step in spans[name]:
+                mhz, watts, reasons = gpu_during(samples, spans[name][s.step])
+                lines.append(f"| {name} | {s.step} | {s.wall:.2f} | {s.collector_s:.3f} | {mhz:.0f} | {watts:.0f} | {reasons} |")
+    return "\n".join(lines)
+
+
 def table(runs: dict[str, list[StepRecord]]) -> str:
     lines = [
         "| run | steps | median step s | slowest step (s, collector s) | collector s, steady steps | full collections |",
@@ -43,28 +92,46 @@ def table(runs: dict[str, list[StepRecord]]) -> str:
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, list[StepRecord]], target: str) -> None:
+def plot(runs: dict[str, list[StepRecord]], target: str, spans: dict[str, dict], samples: list[tuple]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, axes = plt.subplots(2 if samples else 1, 1, figsize=(9, 8 if samples else 4.5), squeeze=False, sharex=True)
+    ax = axes[0][0]
     for name, steps in runs.items():
         line = ax.plot([s.step for s in steps], [s.wall for s in steps], marker="o", ms=3, label=name)[0]
         ax.bar([s.step for s in steps], [s.collector_s for s in steps], color=line.get_color(), alpha=0.4, width=0.4)
-    ax.set(xlabel="step", ylabel="seconds", title="Each step (lines) and the garbage collector's time inside it (bars)")
+        if samples:
+            shown = [s for s in steps if s.step in spans[name]]
+            mhz = [gpu_during(samples, spans[name][s.step])[0] for s in shown]
+            axes[1][0].plot([s.step for s in shown], mhz, marker="o", ms=3, color=line.get_color(), label=name)
+    ax.set(ylabel="seconds", title="Each step (lines) and the garbage collector's time inside it (bars)")
     ax.set_ylim(bottom=0)
     ax.legend()
+    if samples:
+        axes[1][0].set(ylabel="mean SM clock in the step, MHz", title="The GPU's clock in each step (nvidia-smi)")
+    axes[-1][0].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(target, dpi=120)
 
 
 def main(argv: list[str]) -> None:
     target, *named = argv
+    samples: list[tuple] = []
+    skipped: list[str] = []
+    if named and named[0] == "--smi":
+        (samples, skipped), named = read_smi(named[1]), named[2:]
     runs = {name: steps_of(Path(path)) for name, path in (arg.split("=", 1) for arg in named)}
+    spans = {name: step_spans(Path(path), runs[name]) for name, path in (arg.split("=", 1) for arg in named)}
     print(table(runs))
-    plot(runs, target)
+    if samples:
+        print()
+        print(gpu_table(runs, spans, samples))
+    if skipped:
+        print(f"({len(skipped)} lines of the GPU's samples not read, the first: {skipped[0][:100]!r})")
+    plot(runs, target, spans, samples)
 
 
 if __name__ == "__main__":
