@@ -25,11 +25,11 @@ from rayft_contract.records import StepRecord  # noqa: E402
 
 
 def steps_of(run_dir: Path) -> list[StepRecord]:
-    """Every trained step's record, the first step (its compiles) left out; a resumed step replaces its first try."""
+    """Every trained step's record; a resumed step replaces its first try."""
     steps: dict[int, StepRecord] = {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():  # the last step's is in the closing report
         steps.update((s.step, s) for s in map(StepRecord.from_dict, json.loads(line).get("step_timing", [])))
-    return [steps[k] for k in sorted(steps) if k > 1]
+    return [steps[k] for k in sorted(steps)]
 
 
 def step_spans(run_dir: Path, steps: list[StepRecord]) -> dict[int, tuple[float, float]]:
@@ -79,15 +79,18 @@ def gpu_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], samples
 
 
 def table(runs: dict[str, list[StepRecord]]) -> str:
+    """Steps 2 on (the first compiles) for the median and the slowest; the full collections of every step."""
     lines = [
-        "| run | steps | median step s | slowest step (s, collector s) | collector s, steady steps | full collections |",
+        "| run | steps | median step s, from step 2 | slowest (s, collector s) | collector s, from step 2 | full collections: step (s) |",
         "|---|---|---|---|---|---|",
     ]
     for name, steps in runs.items():
-        slow = max(steps, key=lambda s: s.wall)
+        later = [s for s in steps if s.step > 1]
+        slow = max(later, key=lambda s: s.wall)
+        full = ", ".join(f"{s.step} ({s.collector_s:.2f})" for s in steps if s.full_collections) or "none"
         lines.append(
-            f"| {name} | {len(steps)} | {statistics.median(s.wall for s in steps):.2f} | step {slow.step}: {slow.wall:.2f}, "
-            f"{slow.collector_s:.2f} | {sum(s.collector_s for s in steps):.2f} | {sum(s.full_collections for s in steps)} |"
+            f"| {name} | {len(steps)} | {statistics.median(s.wall for s in later):.2f} | step {slow.step}: {slow.wall:.2f}, "
+            f"{slow.collector_s:.2f} | {sum(s.collector_s for s in later):.2f} | {full} |"
         )
     return "\n".join(lines)
 
@@ -100,7 +103,8 @@ def plot(runs: dict[str, list[StepRecord]], target: str, spans: dict[str, dict],
 
     fig, axes = plt.subplots(2 if samples else 1, 1, figsize=(9, 8 if samples else 4.5), squeeze=False, sharex=True)
     ax = axes[0][0]
-    for name, steps in runs.items():
+    for name, all_steps in runs.items():
+        steps = [s for s in all_steps if s.step > 1]  # the first, with its compiles, would flatten the rest
         line = ax.plot([s.step for s in steps], [s.wall for s in steps], marker="o", ms=3, label=name)[0]
         ax.bar([s.step for s in steps], [s.collector_s for s in steps], color=line.get_color(), alpha=0.4, width=0.4)
         if samples:

@@ -3,17 +3,18 @@
 A training worker holds about half a million objects the collector tracks once it has imported torch, transformers,
 PEFT and Ray (559,008 on the 2-core machine, with a one-layer model; a 7B base, Liger, Triton and inductor's compiles add
 more). Python collects its oldest generation whenever the objects that survived since the last full collection reach a
-quarter of the long-lived ones. A full collection walks every tracked object: 227 ms on that machine, longer with a 7B
-model's modules, and it holds the GIL, so the thread that launches the GPU's kernels stops and the GPU drains. Which step
-it falls in follows the count of allocations, so it lands on the same step of the same job every time: step 8 of 12 in
-two H100 runs on the same batches (3.72 s and 4.24 s against 3.35-3.46 s, all of it inside forward and backward), and
-two steps in each 90-step H200 run (``bench/RESULTS.md``). Under DDP one rank's pause stalls every rank's all-reduce.
+quarter of the long-lived ones. A full collection walks every tracked object and holds the GIL, so the thread that
+launches the GPU's kernels stops and the GPU drains. Measured on the 7B preset on an H100 (``bench/gc_7b.sh``, two
+calls, ``bench/RESULTS.md``): each of the four runs with Python's collector as it is had one full collection inside a
+step, 0.33-0.36 s in steady steps 7 and 9 of the cold runs (those steps 0.4-0.5 s longer than their neighbours) and
+0.37-0.42 s in the first step of the warm ones. With the start-up frozen there was none in any of the four runs' 48
+steps, and every run's loss was the same to the last digit. Under DDP one rank's pause stalls every rank's all-reduce.
 
 So the loop freezes its start-up (:func:`gc.freeze`: every object alive once the job is set up moves to a generation
 the collector never walks; the model, the imports and the compiled kernels live as long as the job does) and the
-collector walks only what the steps allocate. Collection stays on: cycles the steps make are still freed. At the end
-the frozen objects are given back to the collector (:meth:`Collector.close`), so a warm worker's process, which runs
-the next job (``ray_jobs.warm.pool``), frees whatever of this job's is left in cycles.
+collector walks only what the steps allocate. Collection stays on: cycles the steps make are still freed. At the end,
+whatever ended the steps, the frozen objects are given back to the collector (:meth:`Collector.close`): a process that
+goes on after its job (a warm worker's actor until the pool stops it, a test's) frees what of the job is left in cycles.
 
 torchtitan does the same thing another way (``gc.disable()`` and a young-generation collection every ``gc_freq``
 steps); a freeze keeps Python's own schedule for the young generations and leaves nothing to tune.
@@ -46,18 +47,25 @@ class Collector:
         self._thaw = freeze and gc.get_freeze_count() == 0
         """Whether :meth:`close` unfreezes: not where the process had frozen objects of its own before (``gc.unfreeze``
         gives back every frozen object, not only ours)."""
+        began = time.perf_counter()
         if freeze:
             gc.collect()  # the start-up's own garbage first: a frozen cycle would never be freed until close()
             before = gc.get_freeze_count()
             gc.freeze()
             self.froze = gc.get_freeze_count() - before
+        self.freeze_s = time.perf_counter() - began
+        """What the freeze cost, before the first step: one full collection (0 without a freeze)."""
         gc.callbacks.append(self._observe)
 
     @classmethod
     def for_steps(cls) -> Collector:
         """Called once the job is set up, before its first step."""
         collector = cls(freeze=os.environ.get(ENV, "freeze") != "auto")
-        frozen = f"its start-up frozen ({collector.froze:,} objects)" if collector.froze else f"as Python leaves it ({ENV}=auto)"
+        frozen = (
+            f"its start-up frozen ({collector.froze:,} objects, after a full collection of {collector.freeze_s:.2f} s)"
+            if collector.froze
+            else f"as Python leaves it ({ENV}=auto)"
+        )
         log.info("garbage collector for the steps: %s", frozen)
         return collector
 

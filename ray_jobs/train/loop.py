@@ -88,7 +88,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             loss, counts = loop.step()
             loop.tail(loss, counts)
         loop.close()
-    finally:  # a warm worker's process runs the next job: the collector goes back as it was (observe.collector)
+    finally:  # whatever ended the steps, the collector goes back as it was (ray_jobs.observe.collector)
         loop.meter.close()
 
 
