@@ -8,7 +8,8 @@ launches the GPU's kernels stops and the GPU drains. Measured on the 7B preset o
 calls, ``bench/RESULTS.md``): each of the four runs with Python's collector as it is had one full collection inside a
 step, 0.33-0.36 s in steady steps 7 and 9 of the cold runs (those steps 0.4-0.5 s longer than their neighbours) and
 0.37-0.42 s in the first step of the warm ones. With the start-up frozen there was none in any of the four runs' 48
-steps, and every run's loss was the same to the last digit. Under DDP one rank's pause stalls every rank's all-reduce.
+steps, and every run's loss was the same to the last digit. It comes early, from the start-up's survivors: a 30-step run
+with Python's collector had one, in step 7 (0.44 s), and none after. Under DDP one rank's pause stalls every rank.
 
 So the loop freezes its start-up (:func:`gc.freeze`: every object alive once the job is set up moves to a generation
 the collector never walks; the model, the imports and the compiled kernels live as long as the job does) and the
