@@ -4,11 +4,12 @@ collector as Python leaves it (``RAYFT_GC=auto``) and with the job's start-up fr
 
     python3 bench/gc_steps.py OUT.png [--smi SMI.csv] cold-auto=DIR warm-freeze=DIR warm-auto=DIR ...
 
-Prints one Markdown table (per run: median steady step, its slowest step and what the collector took there, the
-collector's seconds and full collections over the steady steps) and draws each run's step times with the collector's
+Prints two Markdown tables: per run (median steady step, its slowest step and what the collector took there, the
+collector's seconds and full collections), and per step (its seconds, the collector's, how often the thread that ran
+it waited and was preempted: ``StepRecord.waits``, ``preemptions``). Draws each run's step times with the collector's
 share of each step. ``--smi``: the GPU's clock, power and temperature sampled during the runs (``bench/gc_7b.sh``
 writes it: ``epoch seconds, SM MHz, W, C, throttle reasons`` a line); each step's mean SM clock and power are then
-set beside its seconds (a step is placed in time from its worker's ``loop_start_ts`` and the walls before it), in a
+set beside its seconds (a step is placed in time from its worker's ``loop_start_ts`` and the walls before it), in the
 second table and a second panel: whether a slow step is the host's or the GPU's.
 """
 
@@ -68,13 +69,22 @@ def read_smi(path: str) -> tuple[list[tuple], list[str]]:
     return rows, skipped
 
 
-def gpu_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], samples: list[tuple]) -> str:
-    lines = ["| run | step | s | collector s | SM MHz | W | throttle reasons |", "|---|---|---|---|---|---|---|"]
+def step_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], samples: list[tuple]) -> str:
+    """Every step: its seconds, the collector's, how often its thread waited and was preempted, and (``--smi``) the
+    GPU's mean clock and power and the throttle reasons seen in it."""
+    lines = [
+        "| run | step | s | collector s | thread waited | preempted | SM MHz | W | throttle reasons |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, steps in runs.items():
         for s in steps:
-            if s.step in spans[name]:
-                mhz, watts, reasons = gpu_during(samples, spans[name][s.step])
-                lines.append(f"| {name} | {s.step} | {s.wall:.2f} | {s.collector_s:.3f} | {mhz:.0f} | {watts:.0f} | {reasons} |")
+            mhz, watts, reasons = (
+                gpu_during(samples, spans[name][s.step]) if s.step in spans[name] else (float("nan"),) * 2 + ("",)
+            )
+            gpu = f"{mhz:.0f} | {watts:.0f}" if samples else "- | -"
+            lines.append(
+                f"| {name} | {s.step} | {s.wall:.2f} | {s.collector_s:.3f} | {s.waits} | {s.preemptions} | {gpu} | {reasons} |"
+            )
     return "\n".join(lines)
 
 
@@ -130,9 +140,8 @@ def main(argv: list[str]) -> None:
     runs = {name: steps_of(Path(path)) for name, path in (arg.split("=", 1) for arg in named)}
     spans = {name: step_spans(Path(path), runs[name]) for name, path in (arg.split("=", 1) for arg in named)}
     print(table(runs))
-    if samples:
-        print()
-        print(gpu_table(runs, spans, samples))
+    print()
+    print(step_table(runs, spans, samples))
     if skipped:
         print(f"({len(skipped)} lines of the GPU's samples not read, the first: {skipped[0][:100]!r})")
     plot(runs, target, spans, samples)

@@ -52,6 +52,11 @@ class StepRecord(Record):
     .collector``)."""
     full_collections: int = 0
     """Of those collections, the full ones (the oldest generation's): the ones that walk every object not frozen."""
+    waits: int = 0
+    """Times the thread that ran the step stopped to wait: a lock, the GIL another thread held, a read, a blocking GPU
+    sync (its voluntary context switches; 0 where the OS does not count them a thread)."""
+    preemptions: int = 0
+    """Times the OS took that thread's CPU for another thread or process (its involuntary context switches)."""
 
     def __post_init__(self) -> None:
         unknown = set(self.phases) - {p.value for p in Phase if p.in_step}

@@ -7,6 +7,11 @@ backward, optimizer) are timed with CUDA events on the current stream, never wit
 around asynchronous work; the events are resolved at the next report, when the loop has synced.
 On CPU every phase is synchronous and uses the host clock.
 
+Each step's record also counts how often the thread that ran it stopped: to wait (a lock, the GIL another thread held,
+a read, a GPU sync that blocks) and because the OS gave its CPU to another thread or process (the host busy). A step
+that ran long with its GPU waiting for the host (``bench/RESULTS.md``: the GPU's clock higher and its power lower in
+such steps on an H100) says with these which of the two held the host back.
+
 A meter given the job's :class:`~ray_jobs.observe.collector.Collector` records, with each step, how long Python's
 garbage collector ran inside it and how many of its collections were full ones; :meth:`StepMeter.close` hands the
 collector back as it found it.
@@ -18,6 +23,7 @@ shows, from the same records: the :class:`~rayft_contract.records.Progress` fiel
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +42,7 @@ class StepMeter:
         self._host: dict[str, float] = {}
         self._events: list[tuple[str, Any, Any]] = []
         self._t0 = time.perf_counter()
+        self._switches = thread_switches()
 
     @contextmanager
     def phase(self, name: str, gpu: bool = False) -> Iterator[None]:
@@ -60,6 +67,8 @@ class StepMeter:
         """Close step ``step``, which began at the previous ``end_step`` (or at construction)."""
         now = time.perf_counter()
         collector_s, full = self.collector.take() if self.collector else (0.0, 0)
+        switches = thread_switches()
+        waited, preempted = (n - before for n, before in zip(switches, self._switches, strict=True))
         self._done.append(
             {
                 "step": step,
@@ -72,9 +81,11 @@ class StepMeter:
                 "attn_ctx": attn_ctx,
                 "collector_s": collector_s,
                 "full_collections": full,
+                "waits": waited,
+                "preemptions": preempted,
             }
         )
-        self._host, self._events, self._t0 = {}, [], now
+        self._host, self._events, self._t0, self._switches = {}, [], now, switches
 
     def window(self) -> dict[str, Any]:
         """Rates over the steps finished since the last window, and their records."""
@@ -103,6 +114,15 @@ class StepMeter:
         """The collector as it was before the steps (its start-up no longer frozen), whatever ended them."""
         if self.collector is not None:
             self.collector.close()
+
+
+def thread_switches() -> tuple[int, int]:
+    """The calling thread's context switches so far: (it waited, the OS preempted it). (0, 0) where the OS does not
+    count them a thread (``RUSAGE_THREAD`` is Linux's)."""
+    if not hasattr(resource, "RUSAGE_THREAD"):
+        return 0, 0
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_nvcsw, usage.ru_nivcsw
 
 
 def step_counts(group: list[dict[str, Any]]) -> Any:

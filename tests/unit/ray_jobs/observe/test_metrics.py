@@ -1,0 +1,40 @@
+"""What each step's record counts of the thread that ran it (``ray_jobs.observe.metrics``)."""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+
+import pytest
+
+from ray_jobs.observe.metrics import StepMeter
+
+linux = pytest.mark.skipif(not hasattr(resource, "RUSAGE_THREAD"), reason="context switches a thread: Linux's count")
+
+
+def close(meter: StepMeter, step: int) -> None:
+    meter.end_step(step, tokens=1, processed=1, samples=1, attn_ctx=1)
+
+
+@linux
+def test_a_step_that_waits_counts_each_wait_of_its_own_thread_and_the_next_step_starts_from_none():
+    meter = StepMeter()
+    for _ in range(20):
+        time.sleep(0.001)  # each one blocks the thread: a voluntary switch
+    close(meter, 1)
+    close(meter, 2)
+    waited, quiet = meter.window()["step_timing"]
+    assert waited.waits >= 20
+    assert quiet.waits < waited.waits, "counted once: the next step starts from its own"
+
+
+@linux
+def test_a_wait_on_another_thread_is_not_the_steps():
+    meter = StepMeter()
+    other = threading.Thread(target=lambda: [time.sleep(0.001) for _ in range(50)])
+    other.start()
+    other.join()  # one wait of this thread, however many the other made
+    close(meter, 1)
+    (step,) = meter.window()["step_timing"]
+    assert step.waits < 50
