@@ -38,7 +38,8 @@ ENV = "RAYFT_GC"
 
 class Collector:
     """The collector's time and its full collections since the last :meth:`take`, in any thread (a collection holds the
-    GIL, so the step's thread waits whichever thread triggered it); the start-up frozen if :func:`frozen` says so."""
+    GIL, so the step's thread waits whichever thread triggered it); with ``freeze``, what is alive now frozen until
+    :meth:`close` (:meth:`for_steps` freezes unless ``RAYFT_GC=auto``)."""
 
     def __init__(self, freeze: bool):
         self.seconds, self.full = 0.0, 0
