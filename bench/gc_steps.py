@@ -6,7 +6,8 @@ collector as Python leaves it (``RAYFT_GC=auto``) and with the job's start-up fr
 
 Prints two Markdown tables: per run (median steady step, its slowest step and what the collector took there, the
 collector's seconds and full collections), and per step (its seconds, the collector's, how often the thread that ran
-it waited and was preempted: ``StepRecord.waits``, ``preemptions``). Draws each run's step times with the collector's
+it waited and was preempted, its process's CPU seconds and how busy the host was: ``StepRecord.waits``,
+``preemptions``, ``process_cpu_s``, ``host_busy``). Draws each run's step times with the collector's
 share of each step. ``--smi``: the GPU's clock, power and temperature sampled during the runs (``bench/gc_7b.sh``
 writes it: ``epoch seconds, SM MHz, W, C, throttle reasons`` a line); each step's mean SM clock and power are then
 set beside its seconds (a step is placed in time from its worker's ``loop_start_ts`` and the walls before it), in the
@@ -70,11 +71,11 @@ def read_smi(path: str) -> tuple[list[tuple], list[str]]:
 
 
 def step_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], samples: list[tuple]) -> str:
-    """Every step: its seconds, the collector's, how often its thread waited and was preempted, and (``--smi``) the
-    GPU's mean clock and power and the throttle reasons seen in it."""
+    """Every step: its seconds, the collector's, how often its thread waited and was preempted, its process's CPU
+    seconds, how busy the host was, and (``--smi``) the GPU's mean clock and power and the throttle reasons seen in it."""
     lines = [
-        "| run | step | s | collector s | thread waited | preempted | SM MHz | W | throttle reasons |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | step | s | collector s | thread waited | preempted | process CPU s | host busy | SM MHz | W | throttle reasons |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, steps in runs.items():
         for s in steps:
@@ -83,7 +84,8 @@ def step_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], sample
             )
             gpu = f"{mhz:.0f} | {watts:.0f}" if samples else "- | -"
             lines.append(
-                f"| {name} | {s.step} | {s.wall:.2f} | {s.collector_s:.3f} | {s.waits} | {s.preemptions} | {gpu} | {reasons} |"
+                f"| {name} | {s.step} | {s.wall:.2f} | {s.collector_s:.3f} | {s.waits} | {s.preemptions} | "
+                f"{s.process_cpu_s:.2f} | {s.host_busy:.0%} | {gpu} | {reasons} |"
             )
     return "\n".join(lines)
 

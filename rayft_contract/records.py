@@ -57,6 +57,10 @@ class StepRecord(Record):
     sync (its voluntary context switches; 0 where the OS does not count them a thread)."""
     preemptions: int = 0
     """Times the OS took that thread's CPU for another thread or process (its involuntary context switches)."""
+    process_cpu_s: float = 0.0
+    """CPU seconds the worker's process used during the step, all its threads (the step's, the data reader's, Ray's)."""
+    host_busy: float = 0.0
+    """How busy the host's CPUs were during the step, as a share of all its cores, every process counted."""
 
     def __post_init__(self) -> None:
         unknown = set(self.phases) - {p.value for p in Phase if p.in_step}

@@ -7,10 +7,12 @@ backward, optimizer) are timed with CUDA events on the current stream, never wit
 around asynchronous work; the events are resolved at the next report, when the loop has synced.
 On CPU every phase is synchronous and uses the host clock.
 
-Each step's record also counts how often the thread that ran it stopped: to wait (a lock, the GIL another thread held,
-a read, a GPU sync that blocks) and because the OS gave its CPU to another thread or process (the host busy). A step
-that ran long with its GPU waiting for the host (``bench/RESULTS.md``: the GPU's clock higher and its power lower in
-such steps on an H100) says with these which of the two held the host back.
+Each step's record also says what the host did meanwhile: how often the thread that ran it stopped to wait (a lock,
+the GIL another thread held, a read, a GPU sync that blocks) and how often the OS gave its CPU to another thread or
+process; the CPU seconds the worker's process used, all its threads; and how busy the host's cores were, every process
+counted. A step that ran long with its GPU waiting for the host (``bench/RESULTS.md``: the GPU's clock higher and its
+power lower in such steps on an H100) says with these whether the step's thread was held back, by what, and whether
+the host was busy with other work.
 
 A meter given the job's :class:`~ray_jobs.observe.collector.Collector` records, with each step, how long Python's
 garbage collector ran inside it and how many of its collections were full ones; :meth:`StepMeter.close` hands the
@@ -43,6 +45,7 @@ class StepMeter:
         self._events: list[tuple[str, Any, Any]] = []
         self._t0 = time.perf_counter()
         self._switches = thread_switches()
+        self._cpu = host_times()
 
     @contextmanager
     def phase(self, name: str, gpu: bool = False) -> Iterator[None]:
@@ -67,8 +70,9 @@ class StepMeter:
         """Close step ``step``, which began at the previous ``end_step`` (or at construction)."""
         now = time.perf_counter()
         collector_s, full = self.collector.take() if self.collector else (0.0, 0)
-        switches = thread_switches()
+        switches, cpu = thread_switches(), host_times()
         waited, preempted = (n - before for n, before in zip(switches, self._switches, strict=True))
+        process_cpu, host_busy, host_total = (n - before for n, before in zip(cpu, self._cpu, strict=True))
         self._done.append(
             {
                 "step": step,
@@ -83,9 +87,11 @@ class StepMeter:
                 "full_collections": full,
                 "waits": waited,
                 "preemptions": preempted,
+                "process_cpu_s": process_cpu,
+                "host_busy": host_busy / host_total if host_total > 0 else 0.0,
             }
         )
-        self._host, self._events, self._t0, self._switches = {}, [], now, switches
+        self._host, self._events, self._t0, self._switches, self._cpu = {}, [], now, switches, cpu
 
     def window(self) -> dict[str, Any]:
         """Rates over the steps finished since the last window, and their records."""
@@ -123,6 +129,17 @@ def thread_switches() -> tuple[int, int]:
         return 0, 0
     usage = resource.getrusage(resource.RUSAGE_THREAD)
     return usage.ru_nvcsw, usage.ru_nivcsw
+
+
+def host_times() -> tuple[float, float, float]:
+    """So far: this process's CPU seconds (all its threads), and the host's busy and total CPU seconds (every core, every
+    process). 65 us a call on the 2-core machine."""
+    import psutil
+
+    mine, host = psutil.Process().cpu_times(), psutil.cpu_times()
+    total = sum(host) - getattr(host, "guest", 0.0) - getattr(host, "guest_nice", 0.0)  # Linux counts guests in user too
+    idle = host.idle + getattr(host, "iowait", 0.0)
+    return mine.user + mine.system, total - idle, total
 
 
 def step_counts(group: list[dict[str, Any]]) -> Any:

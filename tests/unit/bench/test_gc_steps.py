@@ -22,7 +22,11 @@ def run(tmp_path):
     lines = [
         {"kind": "progress", "step": 1, "setup": {"loop_start_ts": 100.0}, "step_timing": []},
         {"kind": "progress", "step": 2, "step_timing": [step(1, 2.0)]},
-        {"kind": "progress", "step": 3, "step_timing": [step(2, 3.0, collector_s=0.4, full_collections=1, waits=7)]},
+        {
+            "kind": "progress",
+            "step": 3,
+            "step_timing": [step(2, 3.0, collector_s=0.4, full_collections=1, waits=7, process_cpu_s=4.5, host_busy=0.25)],
+        },
         {"kind": "timing", "step": 3, "step_timing": [step(3, 2.0)]},
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -54,4 +58,6 @@ def test_a_step_gets_the_gpus_samples_inside_it_and_the_throttle_reasons_seen_th
 def test_the_tables_name_the_step_the_collector_ran_in_and_its_threads_waits(run):
     runs = {"auto": steps_of(run)}
     assert "| auto | 3 | 2.50 | step 2: 3.00, 0.40 | 0.40 | 2 (0.40) |" in table(runs)
-    assert "| auto | 2 | 3.00 | 0.400 | 7 | 0 | - | - |  |" in step_table(runs, {"auto": step_spans(run, runs["auto"])}, [])
+    assert "| auto | 2 | 3.00 | 0.400 | 7 | 0 | 4.50 | 25% | - | - |  |" in step_table(
+        runs, {"auto": step_spans(run, runs["auto"])}, []
+    )

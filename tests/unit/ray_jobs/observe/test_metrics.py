@@ -38,3 +38,21 @@ def test_a_wait_on_another_thread_is_not_the_steps():
     close(meter, 1)
     (step,) = meter.window()["step_timing"]
     assert step.waits < 50
+
+
+def spin(cpu_s: float) -> None:
+    """Burn ``cpu_s`` of this thread's CPU time, however long the host takes to give it."""
+    until = time.thread_time() + cpu_s
+    while time.thread_time() < until:
+        pass
+
+
+def test_cpu_another_thread_of_the_worker_burns_is_the_steps_process_cpu_and_keeps_the_host_busy():
+    meter = StepMeter()
+    other = threading.Thread(target=spin, args=(0.2,))
+    other.start()
+    other.join()
+    close(meter, 1)
+    (step,) = meter.window()["step_timing"]
+    assert step.process_cpu_s >= 0.15, "the process's every thread, counted in 10 ms ticks"
+    assert 0 < step.host_busy <= 1
