@@ -62,7 +62,8 @@ def test_the_start_up_is_frozen_out_of_the_steps_collections_and_given_back_at_t
     before = weakref.ref(kept)
     collector = Collector(freeze=True)
     try:
-        assert collector.froze == gc.get_freeze_count() > 0
+        # a frozen object still dies when its last reference goes (another thread's, say): the count only shrinks
+        assert 0 < gc.get_freeze_count() <= collector.froze
         del kept  # garbage now, but frozen: no collection during the steps walks it
         gc.collect()
         assert before() is not None
