@@ -16,6 +16,7 @@ second table and a second panel: whether a slow step is the host's or the GPU's.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -35,18 +36,14 @@ def steps_of(run_dir: Path) -> list[StepRecord]:
 
 
 def step_spans(run_dir: Path, steps: list[StepRecord]) -> dict[int, tuple[float, float]]:
-    """Each step's (start, end) on the worker's clock: the loop's start plus the walls of the steps before it."""
-    start = None
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        start = start or (json.loads(line).get("setup") or {}).get("loop_start_ts")
+    """Each of ``steps`` (:func:`steps_of`'s, in order) as (start, end) on the worker's clock: the loop's start plus the
+    walls of the steps before it."""
+    events = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    start = next((t for e in events if (t := (e.get("setup") or {}).get("loop_start_ts"))), None)
     if start is None:
         return {}
-    spans, t = {}, start
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        for s in map(StepRecord.from_dict, json.loads(line).get("step_timing", [])):
-            spans[s.step] = (t, t + s.wall)
-            t += s.wall
-    return {s.step: spans[s.step] for s in steps if s.step in spans}
+    ends = itertools.accumulate((s.wall for s in steps), initial=start)
+    return {s.step: (begin, begin + s.wall) for s, begin in zip(steps, ends)}
 
 
 def gpu_during(samples: list[tuple[float, ...]], span: tuple[float, float]) -> tuple[float, float, str]:

@@ -44,8 +44,11 @@ class StepMeter:
         self._host: dict[str, float] = {}
         self._events: list[tuple[str, Any, Any]] = []
         self._t0 = time.perf_counter()
+        import psutil
+
+        self._me = psutil.Process()  # made once: each step reads its CPU times
         self._switches = thread_switches()
-        self._cpu = host_times()
+        self._cpu = host_times(self._me)
 
     @contextmanager
     def phase(self, name: str, gpu: bool = False) -> Iterator[None]:
@@ -70,7 +73,7 @@ class StepMeter:
         """Close step ``step``, which began at the previous ``end_step`` (or at construction)."""
         now = time.perf_counter()
         collector_s, full = self.collector.take() if self.collector else (0.0, 0)
-        switches, cpu = thread_switches(), host_times()
+        switches, cpu = thread_switches(), host_times(self._me)
         waited, preempted = (n - before for n, before in zip(switches, self._switches, strict=True))
         process_cpu, host_busy, host_total = (n - before for n, before in zip(cpu, self._cpu, strict=True))
         self._done.append(
@@ -131,12 +134,12 @@ def thread_switches() -> tuple[int, int]:
     return usage.ru_nvcsw, usage.ru_nivcsw
 
 
-def host_times() -> tuple[float, float, float]:
-    """So far: this process's CPU seconds (all its threads), and the host's busy and total CPU seconds (every core, every
-    process). 65 us a call on the 2-core machine."""
+def host_times(me: Any) -> tuple[float, float, float]:
+    """So far: the CPU seconds of ``me`` (this process's ``psutil.Process``, all its threads), and the host's busy and
+    total CPU seconds (every core, every process). 65 us a call on the 2-core machine."""
     import psutil
 
-    mine, host = psutil.Process().cpu_times(), psutil.cpu_times()
+    mine, host = me.cpu_times(), psutil.cpu_times()
     total = sum(host) - getattr(host, "guest", 0.0) - getattr(host, "guest_nice", 0.0)  # Linux counts guests in user too
     idle = host.idle + getattr(host, "iowait", 0.0)
     return mine.user + mine.system, total - idle, total
