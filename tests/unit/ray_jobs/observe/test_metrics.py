@@ -10,7 +10,10 @@ import pytest
 
 from ray_jobs.observe.metrics import StepMeter
 
-linux = pytest.mark.skipif(not hasattr(resource, "RUSAGE_THREAD"), reason="only Linux counts one thread's context switches (getrusage RUSAGE_THREAD); the job runs on Linux")
+linux = pytest.mark.skipif(
+    not hasattr(resource, "RUSAGE_THREAD"),
+    reason="only Linux counts one thread's context switches (getrusage RUSAGE_THREAD); the job runs on Linux",
+)
 
 
 def close(meter: StepMeter, step: int) -> None:
