@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
+from rayft_contract.phases import Phase  # noqa: E402
 from rayft_contract.records import StepRecord  # noqa: E402
 
 
@@ -68,11 +69,13 @@ def read_smi(path: str) -> tuple[list[tuple], list[str]]:
 
 
 def step_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], samples: list[tuple]) -> str:
-    """Every step: its seconds, the collector's, how often its thread waited and was preempted, its process's CPU
-    seconds, how busy the host was, and (``--smi``) the GPU's mean clock and power and the throttle reasons seen in it."""
+    """Every step: its seconds, forward and backward's (the GPU's clock), the collector's, how often its thread waited and
+    was preempted, that thread's and its process's CPU seconds, how busy the host was, the allocator's calls for GPU
+    memory, and (``--smi``) the GPU's mean clock and power and the throttle reasons seen in it."""
     lines = [
-        "| run | step | s | collector s | thread waited | preempted | process CPU s | host busy | SM MHz | W | throttle reasons |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | step | s | fwd+bwd s | collector s | thread waited | preempted | thread CPU s | process CPU s | host busy "
+        "| cudaMalloc | SM MHz | W | throttle reasons |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, steps in runs.items():
         for s in steps:
@@ -81,8 +84,9 @@ def step_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], sample
             )
             gpu = f"{mhz:.0f} | {watts:.0f}" if samples else "- | -"
             lines.append(
-                f"| {name} | {s.step} | {s.wall:.2f} | {s.collector_s:.3f} | {s.waits} | {s.preemptions} | "
-                f"{s.process_cpu_s:.2f} | {s.host_busy:.0%} | {gpu} | {reasons} |"
+                f"| {name} | {s.step} | {s.wall:.2f} | {s.seconds(Phase.FORWARD_BACKWARD):.2f} | {s.collector_s:.3f} | "
+                f"{s.waits} | {s.preemptions} | {s.thread_cpu_s:.2f} | {s.process_cpu_s:.2f} | {s.host_busy:.0%} | "
+                f"{s.device_allocs} | {gpu} | {reasons} |"
             )
     return "\n".join(lines)
 

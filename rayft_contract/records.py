@@ -61,6 +61,14 @@ class StepRecord(Record):
     """CPU seconds the worker's process used during the step, all its threads (the step's, the data reader's, Ray's)."""
     host_busy: float = 0.0
     """How busy the host's CPUs were during the step, as a share of all its cores, every process counted."""
+    thread_cpu_s: float = 0.0
+    """CPU seconds of the thread that ran the step. Near ``wall`` when that thread never stops: on a GPU, the kernels'
+    launches then set the pace, not the GPU."""
+    device_allocs: int = 0
+    """Times PyTorch's caching allocator asked the GPU's driver for memory during the step (``cudaMalloc``); a steady
+    step reuses what it cached and asks for none. 0 on a CPU."""
+    alloc_retries: int = 0
+    """Times an allocation found no room, freed every cached block and tried again: each one waits for the GPU."""
 
     def __post_init__(self) -> None:
         unknown = set(self.phases) - {p.value for p in Phase if p.in_step}

@@ -9,8 +9,8 @@ On CPU every phase is synchronous and uses the host clock.
 
 Each step's record also says what the host did meanwhile: how often the thread that ran it stopped to wait (a lock,
 the GIL another thread held, a read, a GPU sync that blocks) and how often the OS gave its CPU to another thread or
-process; the CPU seconds the worker's process used, all its threads; and how busy the host's cores were, every process
-counted. A step that ran long with its GPU waiting for the host (``bench/RESULTS.md``: the GPU's clock higher and its
+process; the CPU seconds of that thread, and of the worker's process, all its threads; how busy the host's cores were,
+every process counted; and on a GPU, how often PyTorch's caching allocator asked the driver for memory. A step that ran long with its GPU waiting for the host (``bench/RESULTS.md``: the GPU's clock higher and its
 power lower in such steps on an H100) says with these whether the step's thread was held back, by what, and whether
 the host was busy with other work.
 
@@ -49,6 +49,8 @@ class StepMeter:
         self._me = psutil.Process()  # made once: each step reads its CPU times
         self._switches = thread_switches()
         self._cpu = host_times(self._me)
+        self._thread_cpu = time.thread_time()
+        self._alloc = allocator_counts(self.cuda)
 
     @contextmanager
     def phase(self, name: str, gpu: bool = False) -> Iterator[None]:
@@ -73,9 +75,15 @@ class StepMeter:
         """Close step ``step``, which began at the previous ``end_step`` (or at construction)."""
         now = time.perf_counter()
         collector_s, full = self.collector.take() if self.collector else (0.0, 0)
-        switches, cpu = thread_switches(), host_times(self._me)
+        switches, cpu, thread_cpu, alloc = (
+            thread_switches(),
+            host_times(self._me),
+            time.thread_time(),
+            allocator_counts(self.cuda),
+        )
         waited, preempted = (n - before for n, before in zip(switches, self._switches, strict=True))
         process_cpu, host_busy, host_total = (n - before for n, before in zip(cpu, self._cpu, strict=True))
+        allocs, retries = (n - before for n, before in zip(alloc, self._alloc, strict=True))
         self._done.append(
             {
                 "step": step,
@@ -92,9 +100,13 @@ class StepMeter:
                 "preemptions": preempted,
                 "process_cpu_s": process_cpu,
                 "host_busy": host_busy / host_total if host_total > 0 else 0.0,
+                "thread_cpu_s": thread_cpu - self._thread_cpu,
+                "device_allocs": allocs,
+                "alloc_retries": retries,
             }
         )
         self._host, self._events, self._t0, self._switches, self._cpu = {}, [], now, switches, cpu
+        self._thread_cpu, self._alloc = thread_cpu, alloc
 
     def window(self) -> dict[str, Any]:
         """Rates over the steps finished since the last window, and their records."""
@@ -143,6 +155,17 @@ def host_times(me: Any) -> tuple[float, float, float]:
     total = sum(host) - getattr(host, "guest", 0.0) - getattr(host, "guest_nice", 0.0)  # Linux counts guests in user too
     idle = host.idle + getattr(host, "iowait", 0.0)
     return mine.user + mine.system, total - idle, total
+
+
+def allocator_counts(cuda: bool) -> tuple[int, int]:
+    """So far, on this process's current GPU: the caching allocator's calls for device memory (``cudaMalloc``, or a
+    map of an expandable segment) and its retries after freeing every cached block. (0, 0) without a GPU."""
+    if not cuda:
+        return 0, 0
+    import torch
+
+    stats = torch.cuda.memory_stats()
+    return stats.get("num_device_alloc", 0), stats.get("num_alloc_retries", 0)
 
 
 def step_counts(group: list[dict[str, Any]]) -> Any:

@@ -12,7 +12,7 @@ from bench.gc_steps import gpu_during, read_smi, step_spans, step_table, steps_o
 
 
 def step(n: int, wall: float, **more) -> dict:
-    return {"step": n, "wall": wall, "phases": {}, "tokens": 1, "processed": 1, "samples": 1, "attn_ctx": 1, **more}
+    return {"step": n, "wall": wall, "phases": {}, "tokens": 1, "processed": 1, "samples": 1, "attn_ctx": 1} | more
 
 
 @pytest.fixture
@@ -25,7 +25,20 @@ def run(tmp_path):
         {
             "kind": "progress",
             "step": 3,
-            "step_timing": [step(2, 3.0, collector_s=0.4, full_collections=1, waits=7, process_cpu_s=4.5, host_busy=0.25)],
+            "step_timing": [
+                step(
+                    2,
+                    3.0,
+                    phases={"forward_backward": 2.6},
+                    collector_s=0.4,
+                    full_collections=1,
+                    waits=7,
+                    thread_cpu_s=2.9,
+                    process_cpu_s=4.5,
+                    host_busy=0.25,
+                    device_allocs=3,
+                )
+            ],
         },
         {"kind": "timing", "step": 3, "step_timing": [step(3, 2.0)]},
     ]
@@ -55,9 +68,9 @@ def test_a_step_gets_the_gpus_samples_inside_it_and_the_throttle_reasons_seen_th
     assert math.isnan(mhz) and math.isnan(watts) and reasons == "", "no sample inside it: nothing made up"
 
 
-def test_the_tables_name_the_step_the_collector_ran_in_and_its_threads_waits(run):
+def test_the_tables_name_the_step_the_collector_ran_in_its_threads_waits_and_cpu_and_the_allocators_calls(run):
     runs = {"auto": steps_of(run)}
     assert "| auto | 3 | 2.50 | step 2: 3.00, 0.40 | 0.40 | 2 (0.40) |" in table(runs)
-    assert "| auto | 2 | 3.00 | 0.400 | 7 | 0 | 4.50 | 25% | - | - |  |" in step_table(
+    assert "| auto | 2 | 3.00 | 2.60 | 0.400 | 7 | 0 | 2.90 | 4.50 | 25% | 3 | - | - |  |" in step_table(
         runs, {"auto": step_spans(run, runs["auto"])}, []
     )

@@ -59,3 +59,24 @@ def test_cpu_another_thread_of_the_worker_burns_is_the_steps_process_cpu_and_kee
     (step,) = meter.window()["step_timing"]
     assert step.process_cpu_s >= 0.15, "the process's every thread, counted in 10 ms ticks"
     assert 0 < step.host_busy <= 1
+
+
+def test_cpu_the_steps_own_thread_burns_is_its_thread_cpu_and_another_threads_is_not():
+    meter = StepMeter()
+    spin(0.2)
+    close(meter, 1)
+    other = threading.Thread(target=spin, args=(0.2,))
+    other.start()
+    other.join()
+    close(meter, 2)
+    own, beside = meter.window()["step_timing"]
+    assert own.thread_cpu_s >= 0.2
+    assert beside.thread_cpu_s < 0.1, "the other thread's CPU is the process's, not the step's thread's"
+    assert beside.process_cpu_s >= 0.15
+
+
+def test_a_cpu_step_asks_no_gpu_allocator_for_memory():
+    meter = StepMeter()
+    close(meter, 1)
+    (step,) = meter.window()["step_timing"]
+    assert (step.device_allocs, step.alloc_retries) == (0, 0)
