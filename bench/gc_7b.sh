@@ -22,12 +22,8 @@ OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 export STEPS=${STEPS:-12} LOG_EVERY=1 RAYFT_CACHE_DIR=/tmp/gc-cache
 rm -rf "$RAYFT_CACHE_DIR" /tmp/gc-records
 runs=(cold-auto:auto warm-freeze:freeze warm-auto:auto warm-freeze-2:freeze)
-smi=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
-nvidia-smi --query-gpu=$smi --format=csv,noheader,nounits > /dev/null 2>&1 || smi=${smi/clocks_event/clocks_throttle}
-( while :; do echo "$(date +%s.%N), $(nvidia-smi --query-gpu=${smi#timestamp,} --format=csv,noheader,nounits)"; sleep 0.25
-  done > "$OUT/smi.csv" ) &
-sampler=$!
-trap 'kill $sampler 2>/dev/null || true' EXIT
+source bench/smi_sampler.sh
+start_smi "$OUT/smi.csv"
 for run in "${runs[@]}"; do
   name=${run%%:*}
   echo "== $name" | tee -a "$OUT/gc.log"
@@ -36,7 +32,7 @@ for run in "${runs[@]}"; do
     | tee -a "$OUT/gc.log"
   mkdir -p "/tmp/gc-records/$name" && cp "/tmp/runs/gc-$name"/{summary.json,metrics.jsonl} "/tmp/gc-records/$name/"
 done
-kill $sampler
+kill "$smi_sampler"
 tar czf "$OUT/runs.tgz" -C /tmp/gc-records .
 named=(); for run in "${runs[@]}"; do named+=("${run%%:*}=/tmp/gc-records/${run%%:*}"); done
 python3 bench/gc_steps.py "$OUT/gc_steps.png" --smi "$OUT/smi.csv" "${named[@]}" | tee "$OUT/gc_steps.md"

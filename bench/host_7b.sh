@@ -23,12 +23,8 @@ OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 export STEPS=${STEPS:-20} LOG_EVERY=1 RAYFT_CACHE_DIR=/tmp/host-cache
 rm -rf "$RAYFT_CACHE_DIR" /tmp/host-records
 source .gpu/env.sh  # py-spy's binary, unpacked under /tmp/site
-smi=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
-nvidia-smi --query-gpu=$smi --format=csv,noheader,nounits > /dev/null 2>&1 || smi=${smi/clocks_event/clocks_throttle}
-( while :; do echo "$(date +%s.%N), $(nvidia-smi --query-gpu=${smi#timestamp,} --format=csv,noheader,nounits)"; sleep 0.25
-  done > "$OUT/smi.csv" ) &
-sampler=$!
-trap 'kill $sampler 2>/dev/null || true' EXIT
+source bench/smi_sampler.sh
+start_smi "$OUT/smi.csv"
 runs=(cold sampled unsampled)
 for name in "${runs[@]}"; do
   echo "== $name" | tee -a "$OUT/host.log"
@@ -44,7 +40,7 @@ for name in "${runs[@]}"; do
   if [ -n "$spy" ]; then kill "$spy" 2>/dev/null || true; wait "$spy" || true; fi
   cp "/tmp/runs/host-$name"/{summary.json,metrics.jsonl} "/tmp/host-records/$name/"
 done
-kill $sampler
+kill "$smi_sampler"
 tar czf "$OUT/runs.tgz" -C /tmp/host-records .
 named=(); for name in "${runs[@]}"; do named+=("$name=/tmp/host-records/$name"); done
 python3 bench/gc_steps.py "$OUT/steps.png" --smi "$OUT/smi.csv" "${named[@]}" | tee "$OUT/steps.md"
