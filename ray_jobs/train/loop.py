@@ -235,9 +235,12 @@ class _Loop:
         counts = step_counts(group)  # [label tokens, real tokens, examples, processed tokens, attention context]
         with meter.phase("h2d", gpu=True):
             group = [{k: v.to(self.device, non_blocking=True) for k, v in b.items()} for b in group]
-            counts = strategies.all_reduce(counts.to(self.device)).cpu()
+            summed = strategies.all_reduce(counts.to(self.device))
+            # HF's loss: the sum over tokens / this = the global mean. Made on the device, once: a copy from the host
+            # inside the micro-batches waits for the GPU to finish everything queued, each micro-batch.
+            tokens_per_rank = summed[0].clamp(min=1) / self.world
+            counts = summed.cpu()
         with meter.phase("forward_backward", gpu=True):
-            tokens_per_rank = counts[0].clamp(min=1) / self.world  # HF loss: sum over tokens / this = global mean
             while True:
                 try:
                     pieces = self.micro.pieces(group)
@@ -353,7 +356,10 @@ class _Loop:
 def _forward_backward(
     model: Any, strategy: Any, pieces: list[dict[str, Any]], spec: FineTuneSpec, device: Any, tokens_per_rank: Any, chaos: Chaos
 ) -> Any:
-    """Forward and backward over one step's micro-batches, gradients synchronized on the last; the summed loss."""
+    """Forward and backward over one step's micro-batches, gradients synchronized on the last; the summed loss.
+    ``tokens_per_rank`` is on ``device`` already: nothing here waits for the GPU, so the host queues the micro-batches'
+    kernels ahead of it, and a pause of the host's (a dump, the OS) is absorbed by the queue instead of idling the GPU.
+    ``tests/gpu/test_step_syncs.py`` holds it to that."""
     import torch
 
     loss_sum = torch.zeros((), device=device)
@@ -364,7 +370,7 @@ def _forward_backward(
                 input_ids=batch["input_ids"],
                 position_ids=batch["position_ids"],
                 labels=batch["labels"],
-                num_items_in_batch=tokens_per_rank.to(device),
+                num_items_in_batch=tokens_per_rank,
                 use_cache=False,
             )
         strategy.backward(out.loss)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Two versions of rayft's code on the 7B preset in one call on one GPU, in turns on the same data and caches: what a
+# change did to the steps, with the host's drift between machines out of the comparison. `rayft train` of
+# ray_jobs/presets/qlora_7b_1gpu.yaml (bench/qlora_7b.sh), five runs of STEPS steps:
+#   cold               this tree (the caches filled: dataset, kernels, quantized base);
+#   before-1, after-1, before-2, after-2   warm, in turns: BEFORE's tree, then this one.
+# The GPU's clock, power and throttle reasons are sampled through all five ($OUT/smi.csv). Ends with bench/gc_steps.py's
+# tables (each step's seconds, its thread's CPU, waits and preemptions, the allocator's calls, the GPU's clock and power)
+# and bench/compare_runs.py's (tokens/s, slow steps, the loss at equal steps), in $OUT; the records in $OUT/runs.tgz.
+#
+# BEFORE: a directory with the earlier version's code, made from a commit before the call, for example
+#   mkdir -p .ab-before && git archive REV ray_jobs rayft rayft_contract service bench | tar -x -C .ab-before
+# (untracked, so the device's copy of the working tree carries it; remove it after the call).
+# Device call (from the repo root, after ../shared/device/make-bundle.sh):
+#   carry: [".gpu"]   command: BEFORE=.ab-before bash bench/code_ab_7b.sh     (about 7.5 minutes on an H100 at STEPS=12)
+# CHECK_ONLY=1 checks the spec and that BEFORE holds a tree, and stops (no GPU needed). DEADLINE=S: see below.
+set -euo pipefail
+PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
+BEFORE=$(cd "${BEFORE:?BEFORE: the directory of the earlier code, see the header}" && pwd)
+[ -f "$BEFORE/bench/qlora_7b.sh" ] && [ -d "$BEFORE/ray_jobs" ] || { echo "BEFORE=$BEFORE holds no rayft tree"; exit 2; }
+CHECK_ONLY=1 PY="${PY:-python3}" PRESET="$PRESET" bash bench/qlora_7b.sh  # the spec, checked before anything is built
+[ -z "${CHECK_ONLY:-}" ] || exit 0
+OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
+export STEPS=${STEPS:-12} LOG_EVERY=1 RAYFT_CACHE_DIR=/tmp/ab-cache
+rm -rf "$RAYFT_CACHE_DIR" /tmp/ab-records
+ln -sfn "$PWD/.gpu" "$BEFORE/.gpu"  # the earlier tree's runs unpack the same bundle
+source bench/smi_sampler.sh
+start_smi "$OUT/smi.csv"
+runs=(cold:. before-1:$BEFORE after-1:. before-2:$BEFORE after-2:.)
+# DEADLINE: seconds from the script's start by which the runs must be over; a run that the last one's length says would
+# end past it is not started, and the tables cover the runs that did (a device call's limit, kept).
+done_runs=() last=0
+for run in "${runs[@]}"; do
+  name=${run%%:*} tree=${run#*:}
+  if [ -n "${DEADLINE:-}" ] && (( SECONDS + last + 20 > DEADLINE )); then
+    echo "== $name not run: ${SECONDS} s in, the last run took ${last} s, DEADLINE=${DEADLINE}" | tee -a "$OUT/ab.log"
+    break
+  fi
+  started=$SECONDS
+  echo "== $name ($tree)" | tee -a "$OUT/ab.log"
+  rm -rf "/tmp/runs/ab-$name"
+  (cd "$tree" && RUN_NAME=ab-$name PRESET="$PRESET" OUT=/tmp/bench-runs/$name bash bench/qlora_7b.sh 2>&1) | tail -16 \
+    | tee -a "$OUT/ab.log"
+  mkdir -p "/tmp/ab-records/$name" && cp "/tmp/runs/ab-$name"/{summary.json,metrics.jsonl} "/tmp/ab-records/$name/"
+  done_runs+=("$name") last=$((SECONDS - started))
+done
+kill "$smi_sampler"
+tar czf "$OUT/runs.tgz" -C /tmp/ab-records .
+named=(); for name in "${done_runs[@]}"; do named+=("$name=/tmp/ab-records/$name"); done
+python3 bench/gc_steps.py "$OUT/steps.png" --smi "$OUT/smi.csv" "${named[@]}" | tee "$OUT/steps.md"
+python3 bench/compare_runs.py "$OUT/runs.png" "${named[@]}" | tee "$OUT/runs.md"
