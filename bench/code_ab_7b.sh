@@ -14,6 +14,7 @@
 # Device call (from the repo root, after ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: BEFORE=.ab-before bash bench/code_ab_7b.sh     (about 7.5 minutes on an H100 at STEPS=12)
 # CHECK_ONLY=1 checks the spec and that BEFORE holds a tree, and stops (no GPU needed). DEADLINE=S: see below.
+# COLD_STEPS: the cold run's steps (STEPS unless set): it fills the caches, and its steps are not compared.
 set -euo pipefail
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 BEFORE=$(cd "${BEFORE:?BEFORE: the directory of the earlier code, see the header}" && pwd)
@@ -39,7 +40,8 @@ for run in "${runs[@]}"; do
   started=$SECONDS
   echo "== $name ($tree)" | tee -a "$OUT/ab.log"
   rm -rf "/tmp/runs/ab-$name"
-  (cd "$tree" && RUN_NAME=ab-$name PRESET="$PRESET" OUT=/tmp/bench-runs/$name bash bench/qlora_7b.sh 2>&1) | tail -16 \
+  steps=$STEPS; [ "$name" != cold ] || steps=${COLD_STEPS:-$STEPS}
+  (cd "$tree" && STEPS=$steps RUN_NAME=ab-$name PRESET="$PRESET" OUT=/tmp/bench-runs/$name bash bench/qlora_7b.sh 2>&1) | tail -16 \
     | tee -a "$OUT/ab.log"
   mkdir -p "/tmp/ab-records/$name" && cp "/tmp/runs/ab-$name"/{summary.json,metrics.jsonl} "/tmp/ab-records/$name/"
   done_runs+=("$name") last=$((SECONDS - started))
