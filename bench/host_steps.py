@@ -129,7 +129,7 @@ def tables(rows: list[dict], slow: set[int], top: int = 12) -> str:
         ("another thread holding the GIL", holder),
     ):
         by = {name: shares(group, of) for name, group in groups.items()}
-        keys = sorted(set(by["slow"]) | set(by["the rest"]), key=lambda k: -abs(by["slow"][k] - by["the rest"][k]))[:top]
+        keys = sorted(set(by["slow"]) | set(by["the rest"]), key=lambda k: (-abs(by["slow"][k] - by["the rest"][k]), k))[:top]
         out += ["", f"| {title}, steps from 2 | slow steps ({len(groups['slow'])}) | the rest ({len(groups['the rest'])}) |"]
         out.append("|---|---|---|")
         out += [f"| {k} | {by['slow'][k]:.1%} | {by['the rest'][k]:.1%} |" for k in keys]
