@@ -48,18 +48,24 @@ def test_the_micro_batches_of_a_step_of_the_gpu_preset_s_model_never_wait_for_th
             out.append(batch)
         return out
 
+    def waits_in(run) -> tuple[list[str], object]:
+        """What ``run`` returned, and each call in it that waited for the GPU, with its line."""
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if "synchroniz" in str(w.message)], out
+
     tokens = torch.tensor(4.0 * spec.data.max_seq_len, device=device)
     _forward_backward(model, strategy, pieces(), spec, device, tokens, NO_CHAOS)  # the first compiles and tunes
-    torch.cuda.synchronize()
     batches = pieces()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            loss = _forward_backward(model, strategy, batches, spec, device, tokens, NO_CHAOS)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    waits = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if "synchroniz" in str(w.message)]
+    waits, loss = waits_in(lambda: _forward_backward(model, strategy, batches, spec, device, tokens, NO_CHAOS))
     assert waits == [], "\n".join(waits)
     assert torch.isfinite(loss)
+    # The check's own: the copy the loop made in every micro-batch before (a host tensor to the GPU) is caught.
+    before, _ = waits_in(lambda: torch.tensor(4.0 * spec.data.max_seq_len).to(device))
+    assert before, "a copy from the host's pageable memory waits for the GPU"
