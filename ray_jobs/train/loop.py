@@ -357,9 +357,10 @@ def _forward_backward(
     model: Any, strategy: Any, pieces: list[dict[str, Any]], spec: FineTuneSpec, device: Any, tokens_per_rank: Any, chaos: Chaos
 ) -> Any:
     """Forward and backward over one step's micro-batches, gradients synchronized on the last; the summed loss.
-    ``tokens_per_rank`` is on ``device`` already: nothing here waits for the GPU, so the host queues the micro-batches'
-    kernels ahead of it, and a pause of the host's (a dump, the OS) is absorbed by the queue instead of idling the GPU.
-    ``tests/gpu/test_step_syncs.py`` holds it to that."""
+    ``tokens_per_rank`` is on ``device`` already, so nothing of the job's here waits for the GPU: the host queues the
+    next micro-batch's forward while the GPU runs this one's backward, and a pause of the host's is absorbed by the
+    queue instead of idling the GPU. One wait is left, not ours: Liger's fused linear cross-entropy reads the count of
+    label tokens with ``.item()`` at the end of each forward. ``tests/gpu/test_step_syncs.py`` lists every wait."""
     import torch
 
     loss_sum = torch.zeros((), device=device)

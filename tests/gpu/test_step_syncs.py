@@ -1,8 +1,13 @@
-"""On a CUDA GPU: a step's micro-batches never wait for the GPU (``ray_jobs.train.loop._forward_backward``).
+"""On a CUDA GPU: nothing of the job's inside a step's micro-batches waits for the GPU
+(``ray_jobs.train.loop._forward_backward``).
 
 A call that waits (a copy from the host's pageable memory, ``.item()``, a sync) empties the GPU's queue, so every
-pause of the host after it idles the GPU. On an H100 one such copy per micro-batch made the 7B preset's slow steps
-(``bench/RESULTS.md``). torch's sync debug mode reports each wait with the line that made it.
+pause of the host after it idles the GPU. On an H100 the loop's copy of a host tensor in every micro-batch took 9% of
+the 7B preset's step (``bench/RESULTS.md``). torch's sync debug mode reports each wait with the line that made it.
+
+One wait is known and not the job's: Liger's fused linear cross-entropy reads the count of label tokens with
+``.item()`` (``total_n_non_ignore``, a scalar argument of its Triton kernel; its own TODO weighs the cost), once a
+micro-batch at the end of the forward. It is allowed by its place, at most once a micro-batch; any other wait fails.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from tests.gpu.test_kernels import qlora_gpu
 
 pytestmark = pytest.mark.gpu
 
+LIGER_COUNT = "liger_kernel/ops/fused_linear_cross_entropy.py"
+"""Where Liger's fused linear cross-entropy reads its count of label tokens (``fused_linear_cross_entropy_forward``)."""
 
-def test_the_micro_batches_of_a_step_of_the_gpu_preset_s_model_never_wait_for_the_gpu(tiny_spec):
+
+def test_nothing_of_the_job_s_in_the_micro_batches_of_the_gpu_preset_s_model_waits_for_the_gpu(tiny_spec):
     """The 7B preset's set-up on the tiny model: Liger's kernels, flex attention over packed rows, NF4 with its
     matmuls in FP8, LoRA's update inside them; two micro-batches a step, as the loop runs them."""
     import torch
@@ -64,7 +72,9 @@ def test_the_micro_batches_of_a_step_of_the_gpu_preset_s_model_never_wait_for_th
     _forward_backward(model, strategy, pieces(), spec, device, tokens, NO_CHAOS)  # the first compiles and tunes
     batches = pieces()
     waits, loss = waits_in(lambda: _forward_backward(model, strategy, batches, spec, device, tokens, NO_CHAOS))
-    assert waits == [], "\n".join(waits)
+    liger = [w for w in waits if LIGER_COUNT in w]
+    assert [w for w in waits if LIGER_COUNT not in w] == [], "\n".join(waits)
+    assert len(liger) <= len(batches), "Liger's count, once a micro-batch at most"
     assert torch.isfinite(loss)
     # The check's own: the copy the loop made in every micro-batch before (a host tensor to the GPU) is caught.
     before, _ = waits_in(lambda: torch.tensor(4.0 * spec.data.max_seq_len).to(device))
