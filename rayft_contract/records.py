@@ -62,8 +62,9 @@ class StepRecord(Record):
     host_busy: float = 0.0
     """How busy the host's CPUs were during the step, as a share of all its cores, every process counted."""
     thread_cpu_s: float = 0.0
-    """CPU seconds of the thread that ran the step. Near ``wall`` when that thread never stops: on a GPU, the kernels'
-    launches then set the pace, not the GPU."""
+    """CPU seconds of the thread that ran the step: its Python and the forward's kernel launches, and its spin while it
+    waits for the GPU (CUDA spins by default). A GPU's backward is launched from autograd's own thread, which
+    ``process_cpu_s`` counts and this does not."""
     device_allocs: int = 0
     """Times PyTorch's caching allocator asked the GPU's driver for memory during the step (``cudaMalloc``); a steady
     step reuses what it cached and asks for none. 0 on a CPU."""

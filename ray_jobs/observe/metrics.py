@@ -10,9 +10,10 @@ On CPU every phase is synchronous and uses the host clock.
 Each step's record also says what the host did meanwhile: how often the thread that ran it stopped to wait (a lock,
 the GIL another thread held, a read, a GPU sync that blocks) and how often the OS gave its CPU to another thread or
 process; the CPU seconds of that thread, and of the worker's process, all its threads; how busy the host's cores were,
-every process counted; and on a GPU, how often PyTorch's caching allocator asked the driver for memory. A step that ran long with its GPU waiting for the host (``bench/RESULTS.md``: the GPU's clock higher and its
-power lower in such steps on an H100) says with these whether the step's thread was held back, by what, and whether
-the host was busy with other work.
+every process counted; and on a GPU, how often PyTorch's caching allocator asked the driver for memory. A step that
+ran long with its GPU waiting for the host (``bench/RESULTS.md``: the GPU's clock higher and its power lower in such
+steps on an H100) says with these whether the step's thread was held back, by what, and whether the host was busy
+with other work.
 
 A meter given the job's :class:`~ray_jobs.observe.collector.Collector` records, with each step, how long Python's
 garbage collector ran inside it and how many of its collections were full ones; :meth:`StepMeter.close` hands the
