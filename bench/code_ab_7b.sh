@@ -14,7 +14,7 @@
 # .gpu must stay under 64 MiB together: build the bundle without WITH_SERVICE (the service's wheels are 11 MB more).
 # Device call (from the repo root, after GPU_EXTRA="pytest pluggy iniconfig" ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: BEFORE=.ab-before bash bench/code_ab_7b.sh     (about 7.5 minutes on an H100 at STEPS=12)
-# With a short cold run and two pairs: STEPS=14 COLD_STEPS=3 (about 6 minutes; set DEADLINE under the call's limit).
+# With a short cold run: STEPS=14 COLD_STEPS=3 (reckoned about 8 minutes for both pairs; DEADLINE under the call's limit).
 # CHECK_ONLY=1 checks the spec and that BEFORE holds a tree, and stops (no GPU needed). DEADLINE=S: see below.
 # COLD_STEPS: the cold run's steps (STEPS unless set): it fills the caches, and its steps are not compared.
 set -euo pipefail
