@@ -47,22 +47,27 @@ def step_spans(run_dir: Path, steps: list[StepRecord]) -> dict[int, tuple[float,
     return {s.step: (begin, begin + s.wall) for s, begin in zip(steps, ends)}
 
 
-def gpu_during(samples: list[tuple[float, ...]], span: tuple[float, float]) -> tuple[float, float, str]:
-    """Mean SM clock (MHz) and power (W) of the samples inside ``span``, and the throttle reasons seen there."""
+def gpu_during(samples: list[tuple[float, ...]], span: tuple[float, float]) -> tuple[float, float, str, float]:
+    """Mean SM clock (MHz) and power (W) of the samples inside ``span``, the throttle reasons seen there, and the mean
+    of nvidia-smi's utilization (% of its sample period with a kernel running; NaN where the samples lack it)."""
     inside = [x for x in samples if span[0] <= x[0] <= span[1]]
     if not inside:
-        return float("nan"), float("nan"), ""
+        return float("nan"), float("nan"), "", float("nan")
     reasons = sorted({x[4] for x in inside if x[4] not in ("0x0000000000000000", "")})
-    return statistics.mean(x[1] for x in inside), statistics.mean(x[2] for x in inside), " ".join(reasons)
+    mean = statistics.mean
+    return mean(x[1] for x in inside), mean(x[2] for x in inside), " ".join(reasons), mean(x[5] for x in inside)
 
 
 def read_smi(path: str) -> tuple[list[tuple], list[str]]:
-    """The samples, and the lines that are not one."""
+    """The samples, and the lines that are not one: (time, MHz, W, C, throttle reasons, busy %), the busy share NaN in
+    files sampled before ``bench/smi_sampler.sh`` asked for it."""
     rows, skipped = [], []
     for line in Path(path).read_text().splitlines():
         parts = [p.strip() for p in line.split(",")]
         try:
-            rows.append((float(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]), parts[4] if len(parts) > 4 else ""))
+            reasons = parts[4] if len(parts) > 4 else ""
+            busy = float(parts[5]) if len(parts) > 5 else float("nan")
+            rows.append((float(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]), reasons, busy))
         except (ValueError, IndexError):  # nvidia-smi's own error lines, a sample cut by the end of a run
             skipped.append(line)
     return rows, skipped
@@ -71,18 +76,18 @@ def read_smi(path: str) -> tuple[list[tuple], list[str]]:
 def step_table(runs: dict[str, list[StepRecord]], spans: dict[str, dict], samples: list[tuple]) -> str:
     """Every step: its seconds, forward and backward's (the GPU's clock), the collector's, how often its thread waited and
     was preempted, that thread's and its process's CPU seconds, how busy the host was, the allocator's calls for GPU
-    memory, and (``--smi``) the GPU's mean clock and power and the throttle reasons seen in it."""
+    memory, and (``--smi``) the GPU's mean clock, power and utilization and the throttle reasons seen in it."""
     lines = [
         "| run | step | s | fwd+bwd s | collector s | thread waited | preempted | thread CPU s | process CPU s | host busy "
-        "| cudaMalloc | SM MHz | W | throttle reasons |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| cudaMalloc | SM MHz | W | GPU busy | throttle reasons |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, steps in runs.items():
         for s in steps:
-            mhz, watts, reasons = (
-                gpu_during(samples, spans[name][s.step]) if s.step in spans[name] else (float("nan"),) * 2 + ("",)
+            mhz, watts, reasons, busy = (
+                gpu_during(samples, spans[name][s.step]) if s.step in spans[name] else (float("nan"),) * 2 + ("", float("nan"))
             )
-            gpu = f"{mhz:.0f} | {watts:.0f}" if samples else "- | -"
+            gpu = f"{mhz:.0f} | {watts:.0f} | {busy:.0f}%" if samples else "- | - | -"
             lines.append(
                 f"| {name} | {s.step} | {s.wall:.2f} | {s.seconds(Phase.FORWARD_BACKWARD):.2f} | {s.collector_s:.3f} | "
                 f"{s.waits} | {s.preemptions} | {s.thread_cpu_s:.2f} | {s.process_cpu_s:.2f} | {s.host_busy:.0%} | "

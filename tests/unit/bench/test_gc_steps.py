@@ -56,21 +56,29 @@ def test_a_step_gets_the_gpus_samples_inside_it_and_the_throttle_reasons_seen_th
     smi = tmp_path / "smi.csv"
     smi.write_text(
         "NVIDIA-SMI has failed\n"  # a line that is not a sample is set aside, not read as one
-        "101.0, 1900, 680.0, 60, 0x0000000000000004\n"
-        "103.0, 1960, 600.0, 61, 0x0000000000000004\n"
-        "104.0, 1940, 620.0, 61, 0x0000000000000000\n"
+        "101.0, 1900, 680.0, 60, 0x0000000000000004, 100\n"
+        "103.0, 1960, 600.0, 61, 0x0000000000000004, 90\n"
+        "104.0, 1940, 620.0, 61, 0x0000000000000000, 97\n"
     )
     samples, skipped = read_smi(str(smi))
     assert len(samples) == 3 and skipped == ["NVIDIA-SMI has failed"]
     spans = step_spans(run, steps_of(run))
-    assert gpu_during(samples, spans[2]) == (1950.0, 610.0, "0x0000000000000004")
-    mhz, watts, reasons = gpu_during(samples, spans[3])
-    assert math.isnan(mhz) and math.isnan(watts) and reasons == "", "no sample inside it: nothing made up"
+    assert gpu_during(samples, spans[2]) == (1950.0, 610.0, "0x0000000000000004", 93.5)
+    mhz, watts, reasons, busy = gpu_during(samples, spans[3])
+    assert math.isnan(mhz) and math.isnan(watts) and math.isnan(busy) and reasons == "", "no sample inside it: nothing made up"
+
+
+def test_samples_from_before_the_sampler_asked_for_utilization_read_with_it_unknown(run, tmp_path):
+    smi = tmp_path / "smi.csv"
+    smi.write_text("103.0, 1900, 680.0, 60, 0x0000000000000004\n104.0, 1960, 600.0, 61, 0x0000000000000000\n")
+    samples, _ = read_smi(str(smi))
+    mhz, watts, reasons, busy = gpu_during(samples, step_spans(run, steps_of(run))[2])
+    assert (mhz, watts, reasons) == (1930.0, 640.0, "0x0000000000000004") and math.isnan(busy)
 
 
 def test_the_tables_name_the_step_the_collector_ran_in_its_threads_waits_and_cpu_and_the_allocators_calls(run):
     runs = {"auto": steps_of(run)}
     assert "| auto | 3 | 2.50 | step 2: 3.00, 0.40 | 0.40 | 2 (0.40) |" in table(runs)
-    assert "| auto | 2 | 3.00 | 2.60 | 0.400 | 7 | 0 | 2.90 | 4.50 | 25% | 3 | - | - |  |" in step_table(
+    assert "| auto | 2 | 3.00 | 2.60 | 0.400 | 7 | 0 | 2.90 | 4.50 | 25% | 3 | - | - | - |  |" in step_table(
         runs, {"auto": step_spans(run, runs["auto"])}, []
     )
