@@ -134,3 +134,82 @@ def test_the_compiled_row_scaling_compiles_once_for_inputs_with_and_without_grad
         a8, scale = fp8._quantize_rows(t, compiled)
         assert a8.dtype == fp8.FP8 and scale.shape == (t.shape[0], 1) and not scale.requires_grad
     assert detached.frame_count == 1
+
+
+def _counting_quantize(monkeypatch) -> list[torch.Tensor]:
+    """Each input ``fp8._quantize_rows`` is called on, recorded as it runs (it still runs)."""
+    seen: list[torch.Tensor] = []
+    real = fp8._quantize_rows
+
+    def counted(a, rowwise):
+        seen.append(a)
+        return real(a, rowwise)
+
+    monkeypatch.setattr(fp8, "_quantize_rows", counted)
+    return seen
+
+
+def test_layers_that_take_the_same_input_quantize_it_once_and_give_the_bytes_each_would_alone(monkeypatch):
+    """A decoder layer's q, k and v projections take one tensor: the forward quantizes it for the first and the
+    others take those FP8 rows. Each output is the one the layer gives on its own, bit for bit."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(64, n, bias=False).requires_grad_(False) for n in (48, 32, 32)]
+    for layer in layers:
+        fp8.prepare(layer)
+    x = torch.randn(2, 16, 64, requires_grad=True)
+    alone = [fp8._matmul(x.detach().reshape(-1, 64), *layer.rayft_fp8_weights[:2]).view(2, 16, -1) for layer in layers]
+    seen = _counting_quantize(monkeypatch)
+    outs = [fp8.base_forward(layer, x) for layer in layers]
+    assert len(seen) == 1, "one quantization for the three layers"
+    for out, expected in zip(outs, alone):
+        assert torch.equal(out.detach(), expected)
+
+    other = torch.randn(2, 16, 64)  # another tensor is quantized for itself, even with x's values
+    fp8.base_forward(layers[0], x.detach().clone())
+    fp8.base_forward(layers[0], other)
+    assert len(seen) == 3
+
+
+def test_an_input_changed_in_place_between_two_layers_is_quantized_again(monkeypatch):
+    layer = torch.nn.Linear(64, 32, bias=False).requires_grad_(False)
+    fp8.prepare(layer)
+    x = torch.randn(16, 64)
+    seen = _counting_quantize(monkeypatch)
+    first = fp8.base_forward(layer, x)
+    x.mul_(3)  # the same object, a new version
+    second = fp8.base_forward(layer, x)
+    assert len(seen) == 2
+    assert torch.equal(second, fp8._matmul(x, *layer.rayft_fp8_weights[:2])) and not torch.equal(first, second)
+
+
+def test_the_backward_lets_go_of_the_forwards_last_input_and_its_gradients_are_each_layers_own(monkeypatch):
+    layers = [torch.nn.Linear(64, 32, bias=False).requires_grad_(False) for _ in range(2)]
+    for layer in layers:
+        fp8.prepare(layer)
+    x = torch.randn(16, 64, requires_grad=True)
+    out = sum(fp8.base_forward(layer, x).sum() for layer in layers)
+    assert fp8._LAST_INPUT._kept is not None and fp8._LAST_INPUT._kept[0] is x
+    out.backward()
+    assert fp8._LAST_INPUT._kept is None, "nothing of the forward held through the backward"
+    ones = torch.ones(16, 32)
+    expected = sum(fp8._matmul(ones, *layer.rayft_fp8_weights[2:]) for layer in layers)
+    assert torch.equal(x.grad, expected)
+
+
+def test_a_forward_of_the_tiny_model_quantizes_four_inputs_a_decoder_layer_not_seven(tiny_spec, monkeypatch):
+    """q, k and v share one input and gate and up another: 4 quantizations for 7 adapted matmuls a layer. The backward
+    quantizes each incoming gradient, its own for each matmul."""
+    from ray_jobs.train.model import autocast
+
+    spec = nf4_spec(tiny_spec, fp8_on=True)
+    model = apply_lora(load_base(spec, torch.device("cpu"), Single()), spec, fp8=True)
+    layers = model.base_model.model.model.layers
+    assert sum(m.rayft_fp8 for m in layers.modules() if hasattr(m, "rayft_fp8")) == 7 * len(layers)
+    seen = _counting_quantize(monkeypatch)
+    ids = torch.randint(3, 100, (2, 48), generator=torch.Generator().manual_seed(1))
+    with autocast(spec, torch.device("cpu")):
+        loss = model(input_ids=ids, labels=ids).loss
+    assert len(seen) == 4 * len(layers)
+    loss.backward()
+    # every matmul's gradient but the first layer's q, k and v: their input (the embeddings, normed) needs none
+    assert len(seen) - 4 * len(layers) == 7 * len(layers) - 3
