@@ -83,6 +83,7 @@ def test_nothing_of_the_job_s_in_the_micro_batches_of_the_gpu_preset_s_model_wai
     batches = pieces()
     waits, loss = waits_in(lambda: _forward_backward(model, strategy, batches, spec, device, tokens, NO_CHAOS))
     liger = [w for w in waits if _liger_s(w)]
+    print(f"{len(liger)} of Liger's waits in {len(batches)} micro-batches:", *liger, sep="\n")  # shown by pytest -rP
     assert [w for w in waits if not _liger_s(w)] == [], "\n".join(waits)
     assert len(liger) <= 3 * len(batches), "Liger's count and check, once a micro-batch at most:\n" + "\n".join(liger)
     assert torch.isfinite(loss)
