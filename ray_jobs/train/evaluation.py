@@ -21,7 +21,8 @@ from typing import Any
 from ray_jobs.data.order import CachedOrder
 from ray_jobs.data.packing import SHAPE_MULTIPLE, trim_padding
 from ray_jobs.data.pipeline import TOKEN_COLUMNS
-from ray_jobs.train.model import autocast
+from ray_jobs.train.attention_mask import model_inputs
+from ray_jobs.train.model import attention_for, autocast
 from ray_jobs.train.strategy import all_reduce
 from rayft_contract.spec import FineTuneSpec
 
@@ -95,19 +96,14 @@ def evaluate(model: Any, batches: EvalBatches, spec: FineTuneSpec, device: Any) 
     cross-entropy of ``model.kernels=liger`` computes them too), so it costs one argmax."""
     import torch
 
+    attention = attention_for(spec, device.type)
     model.eval()
     total = torch.zeros(4, device=device, dtype=torch.float64)  # loss sum, label tokens, right tokens, counted tokens
     with torch.no_grad():
         for batch in batches:
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast(spec, device):
-                out = model(
-                    input_ids=batch["input_ids"],
-                    position_ids=batch["position_ids"],
-                    labels=batch["labels"],
-                    num_items_in_batch=1,
-                    use_cache=False,
-                )
+                out = model(**model_inputs(batch, attention), num_items_in_batch=1, use_cache=False)
             targets = batch["labels"][:, 1:]
             answer = targets != -100
             right, counted = torch.zeros((), device=device), torch.zeros((), device=device)

@@ -84,6 +84,7 @@ def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.
     import torch
 
     from ray_jobs.data.packing import rows_of_job_shape
+    from ray_jobs.train.attention_mask import model_inputs
 
     batch = rows_of_job_shape(spec, model.config.vocab_size, model.config._attn_implementation, device, rows)
     ids, positions = batch["input_ids"], batch["position_ids"]
@@ -92,7 +93,9 @@ def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.
     try:
         embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
         with autocast(spec, device):
-            hidden = getattr(model, model.base_model_prefix)(inputs_embeds=embeds, position_ids=positions).last_hidden_state
+            mask = model_inputs(batch, model.config._attn_implementation).get("attention_mask")
+            base = getattr(model, model.base_model_prefix)
+            hidden = base(inputs_embeds=embeds, position_ids=positions, attention_mask=mask).last_hidden_state
         hidden.float().mean().backward()
     finally:
         for param in trainable:

@@ -28,6 +28,7 @@ from ray_jobs.observe.profile import peak_flops
 from ray_jobs.observe.torch_trace import StepTrace
 from ray_jobs.train import checkpoint, compile_ahead, kernels, session
 from ray_jobs.train import strategy as strategies
+from ray_jobs.train.attention_mask import model_inputs
 from ray_jobs.train.best import Best, snapshot_of
 from ray_jobs.train.checkpoint import TrainState
 from ray_jobs.train.evaluation import EvalBatches, evaluate
@@ -361,20 +362,16 @@ def _forward_backward(
     next micro-batch's forward while the GPU runs this one's backward, and a pause of the host's is absorbed by the
     queue instead of idling the GPU. Liger's fused linear cross-entropy still waits, not ours: it reads the count of
     label tokens with ``.item()`` at the end of each forward, and its backward compares the incoming gradient with a
-    1.0 copied from the host. ``tests/gpu/test_step_syncs.py`` lists every wait."""
+    1.0 copied from the host. Flex attention's mask is made here, not by transformers, whose own asks the host whether
+    the rows are packed (``ray_jobs.train.attention_mask``). ``tests/gpu/test_step_syncs.py`` lists every wait."""
     import torch
 
+    attention = attention_for(spec, device.type)
     loss_sum = torch.zeros((), device=device)
     for i, batch in enumerate(pieces):
         chaos.check_memory(len(batch["num_tokens"]))
         with strategy.grad_sync(model, enabled=i == len(pieces) - 1), autocast(spec, device):
-            out = model(
-                input_ids=batch["input_ids"],
-                position_ids=batch["position_ids"],
-                labels=batch["labels"],
-                num_items_in_batch=tokens_per_rank,
-                use_cache=False,
-            )
+            out = model(**model_inputs(batch, attention), num_items_in_batch=tokens_per_rank, use_cache=False)
         strategy.backward(out.loss)
         loss_sum += out.loss.detach()
     return loss_sum

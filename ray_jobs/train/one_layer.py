@@ -145,6 +145,7 @@ def first_steps(
     from torch._dynamo.utils import counters
 
     from ray_jobs.data.packing import rows_of_job_shape
+    from ray_jobs.train.attention_mask import model_inputs
     from ray_jobs.train.model import autocast, checkpoint_activations, compile_layers, keep_compiled_kernels, set_numerics
 
     keep_compiled_kernels()
@@ -163,7 +164,8 @@ def first_steps(
         for _ in range(steps):
             began = time.perf_counter()
             with autocast(copy.spec, device):
-                out = model(**batch, num_items_in_batch=torch.tensor(batch["labels"].numel(), device=device), use_cache=False)
+                count = torch.tensor(batch["labels"].numel(), device=device)
+                out = model(**model_inputs(batch, attention), num_items_in_batch=count, use_cache=False)
             out.loss.backward()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)

@@ -217,9 +217,11 @@ def test_a_warm_worker_on_a_gpu_holds_the_base_with_attention_compiled_for_the_r
 
 def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec):
     """What model.attn_implementation: auto picks on a GPU: the same masked attention (no token sees another packed
-    example), computed block-sparse."""
+    example), computed block-sparse, with the mask the job makes (ray_jobs.train.attention_mask) against SDPA's
+    from transformers."""
     import torch
 
+    from ray_jobs.train.attention_mask import model_inputs
     from ray_jobs.train.model import apply_lora, autocast, load_base
     from ray_jobs.train.strategy import Single
 
@@ -233,7 +235,7 @@ def test_flex_attention_on_packed_rows_gives_sdpas_loss_and_gradients(tiny_spec)
         model = apply_lora(load_base(spec, device, Single()), spec)
         assert model.config._attn_implementation == attn
         with autocast(spec, device):
-            loss = model(input_ids=ids, position_ids=positions, labels=ids).loss
+            loss = model(**model_inputs({"input_ids": ids, "position_ids": positions, "labels": ids}, attn)).loss
         loss.backward()
         results[attn] = float(loss), {n: p.grad.float().flatten() for n, p in model.named_parameters() if p.grad is not None}
         with torch.no_grad(), autocast(spec, device):
