@@ -57,10 +57,16 @@ def packed_block_mask(position_ids: torch.Tensor) -> BlockMask:
     )
 
 
+def mask_for(position_ids: torch.Tensor, attention: str) -> BlockMask | None:
+    """The mask the job hands the model under ``attention``: flex attention's block mask (:func:`packed_block_mask`);
+    ``None`` under any other, whose mask transformers makes."""
+    return packed_block_mask(position_ids) if attention == "flex_attention" else None
+
+
 def model_inputs(batch: dict[str, torch.Tensor], attention: str) -> dict[str, Any]:
     """The model's keyword arguments for one packed micro-batch on its device: ids, positions and labels (those it
-    has), and under ``flex_attention`` the block mask (:func:`packed_block_mask`)."""
+    has), and under ``flex_attention`` the block mask (:func:`mask_for`)."""
     inputs: dict[str, Any] = {k: batch[k] for k in MODEL_KEYS if k in batch}
-    if attention == "flex_attention":
-        inputs["attention_mask"] = packed_block_mask(batch["position_ids"])
+    if (mask := mask_for(batch["position_ids"], attention)) is not None:
+        inputs["attention_mask"] = mask
     return inputs

@@ -84,7 +84,7 @@ def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.
     import torch
 
     from ray_jobs.data.packing import rows_of_job_shape
-    from ray_jobs.train.attention_mask import model_inputs
+    from ray_jobs.train.attention_mask import mask_for
 
     batch = rows_of_job_shape(spec, model.config.vocab_size, model.config._attn_implementation, device, rows)
     ids, positions = batch["input_ids"], batch["position_ids"]
@@ -93,9 +93,9 @@ def compile_attention(spec: FineTuneSpec, model: torch.nn.Module, device: torch.
     try:
         embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
         with autocast(spec, device):
-            mask = model_inputs(batch, model.config._attn_implementation).get("attention_mask")
-            base = getattr(model, model.base_model_prefix)
-            hidden = base(inputs_embeds=embeds, position_ids=positions, attention_mask=mask).last_hidden_state
+            mask = mask_for(positions, model.config._attn_implementation)
+            decoder = getattr(model, model.base_model_prefix)
+            hidden = decoder(inputs_embeds=embeds, position_ids=positions, attention_mask=mask).last_hidden_state
         hidden.float().mean().backward()
     finally:
         for param in trainable:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 
-from ray_jobs.train.attention_mask import examples, model_inputs, packed_block_mask
+from ray_jobs.train.attention_mask import examples, mask_for, model_inputs, packed_block_mask
 
 
 def positions_of(*lengths: int) -> torch.Tensor:
@@ -55,3 +55,9 @@ def test_the_model_gets_ids_positions_and_labels_and_a_block_mask_only_under_fle
     flex = model_inputs(batch, "flex_attention")
     assert sorted(flex) == ["attention_mask", "input_ids", "labels", "position_ids"]
     assert isinstance(flex["attention_mask"], BlockMask) and flex["attention_mask"].shape == (2, 1, 128, 128)
+
+
+def test_only_flex_attention_gets_the_jobs_mask():
+    positions = positions_of(64, 64).expand(1, -1)
+    assert mask_for(positions, "sdpa") is None and mask_for(positions, "eager") is None
+    assert isinstance(mask_for(positions, "flex_attention"), BlockMask)
