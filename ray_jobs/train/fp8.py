@@ -117,8 +117,10 @@ class _LastInput:
     on the weight, so the FP8 rows are the same bytes either way.
 
     The same tensor: the same object (held here, so that no other can take its id) at the same version (an in-place
-    change bumps it). Only the forward uses it, on the thread that runs the steps; the first backward of the step
-    (:class:`_FrozenFP8Linear`) lets go of it."""
+    change bumps it). Only forwards use it: the step's, on the thread that runs the steps, and under gradient
+    checkpointing a layer's forward run again inside the backward, on autograd's thread while the step's waits in
+    ``backward()``, so never two at once. Each backward of a matmul (:class:`_FrozenFP8Linear`) lets go of it, so
+    nothing of the forward is held through the backward."""
 
     def __init__(self) -> None:
         self._kept: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None = None
