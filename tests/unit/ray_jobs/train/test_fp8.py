@@ -213,3 +213,27 @@ def test_a_forward_of_the_tiny_model_quantizes_four_inputs_a_decoder_layer_not_s
     loss.backward()
     # every matmul's gradient but the first layer's q, k and v: their input (the embeddings, normed) needs none
     assert len(seen) - 4 * len(layers) == 7 * len(layers) - 3
+
+
+def test_under_gradient_checkpointing_the_shared_quantization_gives_the_same_loss_and_gradients(tiny_spec, monkeypatch):
+    """A checkpointed layer's forward runs again inside the backward, on autograd's thread, taking and dropping the
+    kept input there: the loss and every LoRA gradient are those of the run without checkpointing, exactly."""
+    from ray_jobs.train.model import checkpoint_activations
+
+    spec = nf4_spec(tiny_spec, fp8_on=True)
+    seen = _counting_quantize(monkeypatch)
+    results, quantized = [], []
+    for checkpointed in (False, True):
+        torch.manual_seed(0)
+        model = apply_lora(load_base(spec, torch.device("cpu"), Single()), spec, fp8=True)
+        if checkpointed:
+            checkpoint_activations(model)
+        model.train()
+        seen.clear()
+        results.append(autocast_step(model, spec))
+        quantized.append(len(seen))
+    assert quantized[1] > quantized[0], "the checkpointed forwards ran again in the backward (the test's own check)"
+    (loss, grads), (checkpointed_loss, checkpointed_grads) = results
+    assert checkpointed_loss == loss and checkpointed_grads.keys() == grads.keys()
+    for name, grad in grads.items():
+        assert torch.equal(checkpointed_grads[name], grad), name
