@@ -15,21 +15,32 @@
 # Device call (from the repo root, after GPU_EXTRA="pytest pluggy iniconfig" ../shared/device/make-bundle.sh):
 #   carry: [".gpu"]   command: BEFORE=.ab-before bash bench/code_ab_7b.sh     (about 7.5 minutes on an H100 at STEPS=12)
 # With a short cold run: STEPS=14 COLD_STEPS=3 (reckoned about 8 minutes for both pairs; DEADLINE under the call's limit).
-# CHECK_ONLY=1 checks the spec and that BEFORE holds a tree, and stops (no GPU needed). DEADLINE=S: see below.
+# CHECK_ONLY=1 checks the spec, RUNS and that BEFORE holds a tree, and stops (no GPU needed). DEADLINE=S: see below.
 # COLD_STEPS: the cold run's steps (STEPS unless set): it fills the caches, and its steps are not compared.
+# RUNS: which runs, in order (default "cold before-1 after-1 before-2 after-2"; any cold, before-N, after-N). Without
+# cold, a call goes on from an earlier one on the same warm machine: that call's caches and records are kept, and the
+# tables cover this call's runs. The pair a DEADLINE left out: RUNS="before-2 after-2" BEFORE=.ab-before bash ...
 set -euo pipefail
 PRESET=${PRESET:-ray_jobs/presets/qlora_7b_1gpu.yaml}
 BEFORE=$(cd "${BEFORE:?BEFORE: the directory of the earlier code, see the header}" && pwd)
 [ -f "$BEFORE/bench/qlora_7b.sh" ] && [ -d "$BEFORE/ray_jobs" ] || { echo "BEFORE=$BEFORE holds no rayft tree"; exit 2; }
+RUNS=${RUNS:-cold before-1 after-1 before-2 after-2}
+runs=()
+for name in $RUNS; do
+  case $name in
+    cold | after-*) runs+=("$name:.") ;;
+    before-*) runs+=("$name:$BEFORE") ;;
+    *) echo "RUNS: $name is none of cold, before-N, after-N" >&2; exit 2 ;;
+  esac
+done
 CHECK_ONLY=1 PY="${PY:-python3}" PRESET="$PRESET" bash bench/qlora_7b.sh  # the spec, checked before anything is built
 [ -z "${CHECK_ONLY:-}" ] || exit 0
 OUT=${OUT:-/tmp/bench-out}; mkdir -p "$OUT"
 export STEPS=${STEPS:-12} LOG_EVERY=1 RAYFT_CACHE_DIR=/tmp/ab-cache
-rm -rf "$RAYFT_CACHE_DIR" /tmp/ab-records
+case " $RUNS " in *" cold "*) rm -rf "$RAYFT_CACHE_DIR" /tmp/ab-records ;; esac  # without cold: an earlier call's, kept
 ln -sfn "$PWD/.gpu" "$BEFORE/.gpu"  # the earlier tree's runs unpack the same bundle
 source bench/smi_sampler.sh
 start_smi "$OUT/smi.csv"
-runs=(cold:. before-1:$BEFORE after-1:. before-2:$BEFORE after-2:.)
 # DEADLINE: seconds from the script's start by which the runs must be over; a run that the last one's length says would
 # end past it is not started, and the tables cover the runs that did (a device call's limit, kept).
 done_runs=() last=0
