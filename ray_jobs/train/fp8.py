@@ -96,9 +96,7 @@ class _FrozenFP8Linear(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, layer: Any) -> torch.Tensor:
         ctx.layer = layer
         w8, w_scale, _, _ = layer.rayft_fp8_weights
-        a8, a_scale = _LAST_INPUT.rows(x)
-        out = torch._scaled_mm(a8, w8.t(), scale_a=a_scale, scale_b=w_scale.t(), out_dtype=x.dtype)
-        return out.view(*x.shape[:-1], w8.shape[0])
+        return _product(*_LAST_INPUT.rows(x), w8, w_scale, x.dtype).view(*x.shape[:-1], w8.shape[0])
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -130,8 +128,7 @@ class _LastInput:
         kept = self._kept
         if kept is not None and kept[0] is x and kept[1] == x._version:
             return kept[2], kept[3]
-        a = x.reshape(-1, x.shape[-1])
-        a8, a_scale = _quantize_rows(a, _rowwise_compiled if a.is_cuda else _rowwise)
+        a8, a_scale = _rows(x.reshape(-1, x.shape[-1]))
         self._kept = (x, x._version, a8, a_scale)
         return a8, a_scale
 
@@ -167,8 +164,19 @@ def _weight(layer: Any, dtype: torch.dtype) -> torch.Tensor:
 def _matmul(a: torch.Tensor, b8: torch.Tensor, b_scale: torch.Tensor) -> torch.Tensor:
     """``a @ b.T`` for ``a [M, K]`` and ``b [N, K]`` (FP8 already, one scale per row), in FP8 with one scale per row of
     ``a``."""
-    a8, a_scale = _quantize_rows(a, _rowwise_compiled if a.is_cuda else _rowwise)
-    return torch._scaled_mm(a8, b8.t(), scale_a=a_scale, scale_b=b_scale.t(), out_dtype=a.dtype)
+    return _product(*_rows(a), b8, b_scale, a.dtype)
+
+
+def _rows(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``a`` in FP8 rows with their scales: the compiled row scaling on a GPU, eager on CPU."""
+    return _quantize_rows(a, _rowwise_compiled if a.is_cuda else _rowwise)
+
+
+def _product(
+    a8: torch.Tensor, a_scale: torch.Tensor, b8: torch.Tensor, b_scale: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """``a @ b.T`` in ``dtype`` from both operands in FP8 rows (:func:`_rows`; the weights' from :func:`prepare`)."""
+    return torch._scaled_mm(a8, b8.t(), scale_a=a_scale, scale_b=b_scale.t(), out_dtype=dtype)
 
 
 def _quantize_rows(a: torch.Tensor, rowwise: Any) -> tuple[torch.Tensor, torch.Tensor]:
