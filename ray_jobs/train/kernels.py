@@ -11,6 +11,9 @@ and each model family. What rayft adds is the choice: where the kernels cannot r
 package missing, a family Liger does not know) ``model.kernels: auto`` trains without them and says
 why in the summary, and ``liger`` fails up front with that reason instead of an hour later.
 
+The loop's loss (summed, over a frozen head) goes through the same Liger kernels without Liger's waits for the GPU
+(:mod:`ray_jobs.train.fused_loss`).
+
 The fused loss reads ``lm_head.weight`` directly, not through the module. When the head itself is
 trained (``lora.modules_to_save: [lm_head]``) PEFT keeps the trained copy in a wrapper the fused loss
 would bypass, so then the loss stays transformers' own and the other kernels still apply.
@@ -114,4 +117,8 @@ def apply(model: torch.nn.Module, choice: KernelChoice) -> None:
     # Liger's per-family patch takes one flag per op; those not chosen (the unfused cross_entropy too) stay off.
     flags = _flags_of(model.config.model_type)
     patch(model=model, **{op: op in choice.ops for op in (*OPS, "cross_entropy") if op in flags})
+    if "fused_linear_cross_entropy" in choice.ops:
+        from ray_jobs.train import fused_loss
+
+        fused_loss.install()  # the loop's summed loss without Liger's three waits for the GPU a micro-batch
     log.info("Liger kernels applied: %s", ", ".join(choice.ops))

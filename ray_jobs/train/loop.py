@@ -360,10 +360,9 @@ def _forward_backward(
     """Forward and backward over one step's micro-batches, gradients synchronized on the last; the summed loss.
     ``tokens_per_rank`` is on ``device`` already, so nothing of the job's here waits for the GPU: the host queues the
     next micro-batch's forward while the GPU runs this one's backward, and a pause of the host's is absorbed by the
-    queue instead of idling the GPU. Liger's fused linear cross-entropy still waits, not ours: it reads the count of
-    label tokens with ``.item()`` at the end of each forward, and its backward compares the incoming gradient with a
-    1.0 copied from the host. Flex attention's mask is made here, not by transformers, whose own asks the host whether
-    the rows are packed (``ray_jobs.train.attention_mask``). ``tests/gpu/test_step_syncs.py`` lists every wait."""
+    queue instead of idling the GPU. The loss runs Liger's fused kernels without Liger's own three waits a micro-batch
+    (``ray_jobs.train.fused_loss``). Flex attention's mask is made here, not by transformers, whose own asks the host
+    whether the rows are packed (``ray_jobs.train.attention_mask``). ``tests/gpu/test_step_syncs.py`` allows no wait."""
     import torch
 
     attention = attention_for(spec, device.type)
