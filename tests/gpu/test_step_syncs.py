@@ -21,6 +21,7 @@ from tests.gpu.test_kernels import qlora_gpu
 
 pytestmark = pytest.mark.gpu
 
+
 def test_nothing_of_the_job_s_in_the_micro_batches_of_the_gpu_preset_s_model_waits_for_the_gpu(tiny_spec):
     """The 7B preset's set-up on the tiny model: Liger's kernels, flex attention over packed rows, NF4 with its
     matmuls in FP8, LoRA's update inside them; two micro-batches a step, as the loop runs them."""
