@@ -153,6 +153,7 @@ def test_attention_a_warm_worker_compiled_for_the_job_s_rows_is_what_the_job_s_f
 
     from ray_jobs.data.packing import rows_of_job_shape
     from ray_jobs.train import held, kernels
+    from ray_jobs.train.attention_mask import model_inputs
     from ray_jobs.train.model import apply_lora, autocast, load_base
     from ray_jobs.train.strategy import Single
     from ray_jobs.warm.pool import import_training_stack
@@ -169,10 +170,11 @@ def test_attention_a_warm_worker_compiled_for_the_job_s_rows_is_what_the_job_s_f
     kernels.apply(base, kernels.choose(spec, "cuda", base.config.model_type))
     model = apply_lora(base, spec)
 
-    def micro_batch(rows: int) -> None:
+    def micro_batch(rows: int) -> None:  # as the loop runs one: the job's own block mask (ray_jobs.train.attention_mask)
         batch = rows_of_job_shape(spec, base.config.vocab_size, "flex_attention", device, rows)
         with autocast(spec, device):
-            out = model(**batch, num_items_in_batch=torch.tensor(batch["labels"].numel(), device=device))
+            inputs = model_inputs(batch, "flex_attention")
+            out = model(**inputs, num_items_in_batch=torch.tensor(batch["labels"].numel(), device=device))
         out.loss.backward()
 
     micro_batch(2)
