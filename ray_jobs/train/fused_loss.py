@@ -7,8 +7,10 @@ function waits for the GPU three times a micro-batch, for nothing the summed los
 - its forward counts the label tokens with ``.item()`` (``total_n_non_ignore``) to pass them to its Triton kernel,
   whose "sum" reduction does not read them; and a Triton integer argument is specialized by its value (divisible
   by 16 or not, equal to 1 or not), so a micro-batch whose count first falls the other way compiles the kernel
-  again in the middle of a step. The 7B preset's one slow steady step (step 7, in each H100 host's first run only,
-  ``bench/RESULTS.md``) fits that: Triton's cache on disk keeps the second variant for later runs;
+  again in the middle of a step (``tests/gpu/test_fused_loss.py`` shows Liger's own running a second compiled kernel
+  for a count 16 divides). The 7B preset's one slow steady step, step 7 in each H100 host's first run only (Triton's
+  cache on disk keeps the second kernel for later runs), ran as fast as its neighbours on a fresh host since
+  (``bench/RESULTS.md``);
 - its backward copies a 1.0 from the host and compares the incoming gradient with it (``torch.equal``), two waits,
   to skip a multiplication that under ``num_items_in_batch`` always runs anyway.
 
