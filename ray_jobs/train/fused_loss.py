@@ -22,7 +22,8 @@ computed unconditionally, and its token-accuracy output needs it.
 
 It takes only the calls it computes the same: the summed loss of a frozen head with none of Liger's options (no
 bias, class weights, z-loss, smoothing, soft-capping, token scaling or accuracy). Every other call, a trained head's
-or evaluation's with its token accuracy, goes to Liger's own function unchanged.
+or one asking for its token accuracy, goes to Liger's own function unchanged. (Evaluation calls neither: in eval mode
+Liger's model patches compute the logits and transformers' loss over them.)
 """
 
 from __future__ import annotations
