@@ -9,7 +9,9 @@
 # and bench/compare_runs.py's (tokens/s, slow steps, the loss at equal steps), in $OUT; the records in $OUT/runs.tgz.
 #
 # BEFORE: a directory with the earlier version's code, made from a commit before the call, for example
-#   mkdir -p .ab-before && git archive REV ray_jobs rayft rayft_contract service bench | tar -x -C .ab-before
+#   mkdir -p .ab-before && git archive REV ray_jobs rayft rayft_contract service bench/qlora_7b.sh \
+#     bench/make_random_llama.py bench/make_chat_data.py bench/compare_profile.py | tar -x -C .ab-before
+# (1.2 MB: the scripts a run of that tree calls, not bench/'s records, which the working tree carries already)
 # (untracked, so the device's copy of the working tree carries it; remove it after the call). The tree, that copy and
 # .gpu must stay under 64 MiB together: build the bundle without WITH_SERVICE (the service's wheels are 11 MB more).
 # Device call (from the repo root, after GPU_EXTRA="pytest pluggy iniconfig" ../shared/device/make-bundle.sh):
