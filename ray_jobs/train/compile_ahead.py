@@ -47,12 +47,28 @@ OFF_ENV = "RAYFT_COMPILE_AHEAD"
 """``0``: the operator turns compiling ahead off (any other value, or none: on)."""
 
 
+def training_code(root: Path = Path(__file__).parent) -> str:
+    """A digest of rayft's training modules (``ray_jobs/train/*.py``): their code decides what a first step compiles
+    as much as the libraries' versions do. The loss's kernel arguments, FP8's row scaling and flex attention's mask
+    are rayft's, so a rayft that changes them needs kernels that an older one's key would say the node has, and its
+    job would compile them in its first step instead of the copy ahead. (In the thirty-ninth session's runs in turns
+    on one H100 node, ``bench/RESULTS.md``, the newer code's first step ran 1.3-1.8 s longer under the older code's
+    key; that this was the cause is not shown.)"""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(root.glob("*.py")):
+        code = path.read_bytes()
+        digest.update(f"{path.name}\0{len(code)}\0".encode() + code)
+    return digest.hexdigest()[:16]
+
+
 def kernels_key(spec: FineTuneSpec, base_config: dict[str, Any]) -> str:
     """What the compiled kernels of ``spec``'s first step depend on: one layer's architecture (the base's config but
-    its layer count), the spec's kernels, attention, quantization, LoRA and row shapes, and the compilers' versions.
-    A node that ran the copy for a key has its kernels (:func:`_marker`). The spec's micro-batch stands for the rows the
-    copy steps: the memory plan that may cut it follows from the spec and the GPU's memory, and a node's marker and the
-    store's entries are each one GPU model's."""
+    its layer count), the spec's kernels, attention, quantization, LoRA and row shapes, the compilers' versions and
+    rayft's own training code (:func:`training_code`). A node that ran the copy for a key has its kernels
+    (:func:`_marker`). The spec's micro-batch stands for the rows the copy steps: the memory plan that may cut it
+    follows from the spec and the GPU's memory, and a node's marker and the store's entries are each one GPU model's."""
     import hashlib
     from importlib import metadata
 
@@ -71,6 +87,7 @@ def kernels_key(spec: FineTuneSpec, base_config: dict[str, Any]) -> str:
         "lora": dataclasses.asdict(spec.lora),
         "rows": [spec.data.max_seq_len, spec.data.packing, t.micro_batch_size, t.gradient_checkpointing],
         "versions": [version(p) for p in ("torch", "triton", "transformers", "peft", "liger-kernel", "bitsandbytes")],
+        "rayft": training_code(),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
 

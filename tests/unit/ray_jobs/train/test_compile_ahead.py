@@ -66,3 +66,25 @@ def test_the_task_compiles_nothing_on_a_node_that_has_the_kernels_or_no_gpu_free
     marker.write_text("{}")
     assert "already has the kernels" in compile_ahead._ahead_on_node(gpu)
     assert compile_ahead.kernels_at(gpu) == "node", "the probe: the early worker runs the job"
+
+
+def test_the_kernels_key_follows_rayft_s_training_code(tiny, tiny_spec, tmp_path, monkeypatch):
+    """A rayft whose training modules changed (the loss's kernel arguments, FP8's scaling, the mask) compiles other
+    kernels: a node keyed by an older one's must not say it has them."""
+    import shutil
+    from pathlib import Path
+
+    code = tmp_path / "train"
+    shutil.copytree(Path(compile_ahead.__file__).parent, code, ignore=shutil.ignore_patterns("__pycache__"))
+    before = compile_ahead.training_code(code)
+    assert before == compile_ahead.training_code(code) == compile_ahead.training_code()
+    (code / "fused_loss.py").write_text((code / "fused_loss.py").read_text() + "\n# changed\n")
+    changed = compile_ahead.training_code(code)
+    assert changed != before
+    (code / "notes.txt").write_text("not code")
+    assert compile_ahead.training_code(code) == changed
+
+    config = json.loads((tiny / "model" / "config.json").read_text())
+    key = compile_ahead.kernels_key(tiny_spec, config)
+    monkeypatch.setattr(compile_ahead, "training_code", lambda: before[::-1])
+    assert compile_ahead.kernels_key(tiny_spec, config) != key
