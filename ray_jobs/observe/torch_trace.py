@@ -4,7 +4,8 @@
 
 Records the GPU kernels of the window (CUDA activity only) and writes ``{run dir}/torch_profile.json``
 after training: the span from the window's first kernel to its last, the time kernels ran, and the
-top kernels, so that ``bench/compare_profile.py`` can set them beside the job's own step records.
+kernels by name, so that ``bench/compare_profile.py`` can set them beside the job's own step records and
+``bench/kernel_shares.py`` can sort them into kinds.
 Off unless the variable is set; the profiler's overhead lands only on the window.
 """
 
@@ -15,6 +16,8 @@ import os
 from typing import Any
 
 ENV = "RAYFT_TORCH_PROFILE"
+TOP = 1000
+"""The most kernel names the report lists."""
 
 
 class StepTrace:
@@ -69,7 +72,9 @@ class StepTrace:
         by_name: dict[str, list[float]] = {}
         for e in kernels:
             by_name.setdefault(e.name[:100], []).append(e.time_range.elapsed_us() / 1e6)
-        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:40]
+        # Every name, longest first, up to a bound that a 7B step's few hundred names stay under
+        # (bench/kernel_shares.py sorts them into kinds; a top 40 left kinds of small kernels out).
+        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:TOP]
         report = {
             "first_step": self.first,
             "last_step": self.last,
