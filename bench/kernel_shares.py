@@ -45,10 +45,10 @@ def shares(profile: dict) -> dict:
     for k in profile["top_kernels"]:
         kind = kind_of(k["name"])
         by_kind[kind] = by_kind.get(kind, 0.0) + k["s"] / steps
-    unlisted = profile["kernel_busy_s"] / steps - sum(by_kind.values())
+    busy = profile["kernel_busy_s"]
+    unlisted = busy / steps - sum(by_kind.values())
     if unlisted > 1e-6:
         by_kind["not listed"] = unlisted
-    busy = profile["kernel_busy_s"]
     return {
         "steps": steps,
         "s_per_step": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
@@ -64,8 +64,13 @@ def read(arg: str) -> tuple[str, dict]:
     return label, json.loads((p / "torch_profile.json" if p.is_dir() else p).read_text())
 
 
+def kinds_in(runs: dict[str, dict]) -> list[str]:
+    """Every kind any run has, in the order they first appear (each run's longest first)."""
+    return list(dict.fromkeys(k for r in runs.values() for k in r["s_per_step"]))
+
+
 def table(runs: dict[str, dict]) -> str:
-    kinds = list(dict.fromkeys(k for r in runs.values() for k in r["s_per_step"]))
+    kinds = kinds_in(runs)
     lines = ["| kernels | " + " | ".join(f"{label}: s a step (share)" for label in runs) + " |",
              "|---|" + "---|" * len(runs)]  # fmt: skip
     for kind in kinds:
@@ -88,7 +93,7 @@ def plot(runs: dict[str, dict], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = list(dict.fromkeys(k for r in runs.values() for k in r["s_per_step"]))
+    kinds = kinds_in(runs)
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(runs)))
     left = [0.0] * len(runs)
     for kind in kinds:

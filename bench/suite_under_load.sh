@@ -2,7 +2,7 @@
 # The test suite with the CPU kept busy: a test that passes alone and fails when the CPU is busy asserts on speed,
 # which the suite must not (the developers' guide). HOGS busy loops (2: one per core of the CI machine) run at
 # niceness NICE (0: the Ray tests' own; make test runs the other tests at 19, tests/conftest.py) for the whole run,
-# then `make test`'s pytest line, or the pytest arguments given.
+# then `make test`, or pytest with the arguments given.
 #
 #   bash bench/suite_under_load.sh                                        # the whole suite (about 45 minutes here)
 #   HOGS=2 NICE=19 bash bench/suite_under_load.sh tests -m "not integration and not gpu" -n 2
@@ -18,9 +18,8 @@ HOGS=${HOGS:-2} NICE=${NICE:-0}
 pids=()
 for _ in $(seq "$HOGS"); do nice -n "$NICE" python3 -c "while True: pass" & pids+=($!); done
 trap 'kill "${pids[@]}" 2>/dev/null' EXIT
-if [ $# -eq 0 ]; then set -- tests -m "not gpu" -n 2 --dist loadscope; fi
 SECONDS=0
-.venv/bin/python -m pytest "$@" -q -p no:cacheprovider
+if [ $# -eq 0 ]; then make test; else .venv/bin/python -m pytest "$@" -q -p no:cacheprovider; fi
 rc=$?
 echo "under $HOGS busy loops at niceness $NICE: pytest exit $rc in $SECONDS s"
 exit $rc
